@@ -1,0 +1,297 @@
+//! lockprof's eBPF programs.
+//!
+//! Wait-time backend on the `lock:contention_begin` / `lock:contention_end`
+//! tracepoints, in two flavours that share one implementation: tp_btf
+//! (preferred: no tracefs, typed arguments) and classic tracepoints (fallback).
+//!
+//! Cost model: everything costly (the stack walk, the hash insert) happens at
+//! `contention_begin`, while the task is waiting anyway. At `contention_end`
+//! the task has just acquired the lock, so it only does one hash lookup and
+//! delete plus one ring-buffer reserve/submit.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    EbpfContext, Global,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, fentry, kprobe, map, tracepoint},
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::{BtfTracePointContext, FEntryContext, ProbeContext, TracePointContext, tracing::StackIdContext},
+};
+use aya_log_ebpf::warn;
+use profiler_common::{
+    Config, ContentionEvent, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, EVENT_CONTENTION,
+    LockType, PendingWait, counter, task_key,
+};
+
+/// Filters, written by userspace before load.
+#[unsafe(no_mangle)]
+static CONFIG: Global<Config> = Global::new(Config { type_mask: u32::MAX, filter_tgid: 0 });
+
+/// Offsets of the classic tracepoint fields, read by userspace from
+/// /sys/kernel/tracing/events/lock/*/format (defaults: 6.x layout).
+#[unsafe(no_mangle)]
+static TP_BEGIN_LOCK_OFF: Global<u32> = Global::new(8);
+#[unsafe(no_mangle)]
+static TP_BEGIN_FLAGS_OFF: Global<u32> = Global::new(16);
+#[unsafe(no_mangle)]
+static TP_END_LOCK_OFF: Global<u32> = Global::new(8);
+
+/// Completed contentions for userspace.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
+
+/// Waits in progress, keyed by `task_key`.
+#[map]
+static PENDING: HashMap<u64, PendingWait> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+
+/// Kernel stacks captured at `contention_begin`.
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_ENTRIES, 0);
+
+/// Per-CPU counters, indexed by `profiler_common::counter`.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Per-CPU re-entrancy guard: non-zero while a lockprof program runs on this
+/// CPU. Tracepoint programs run with preemption disabled, so a per-CPU flag is
+/// exact.
+#[map]
+static BUSY: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Processes to record when `Config::filter_tgid` is set.
+#[map]
+static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
+
+/// Adds one to a per-CPU counter; returns true the first time it moves off
+/// zero on this CPU, so failure paths can log once without flooding.
+#[inline(always)]
+fn count(idx: u32) -> bool {
+    match COUNTERS.get_ptr_mut(idx) {
+        Some(slot) => {
+            // SAFETY: the pointer comes from a successful per-CPU array lookup
+            // of a valid index; only this CPU touches its slot and BPF
+            // programs do not preempt each other on one CPU for this map.
+            unsafe {
+                *slot += 1;
+                *slot == 1
+            }
+        }
+        None => false,
+    }
+}
+
+/// Runs `f` unless another lockprof program is already running on this CPU
+/// (a lock taken inside our own map or ring-buffer operations).
+#[inline(always)]
+fn guarded(f: impl FnOnce() -> Result<u32, u32>) -> Result<u32, u32> {
+    let Some(busy) = BUSY.get_ptr_mut(0) else {
+        return Err(0);
+    };
+    // SAFETY: per-CPU slot from a successful lookup; preemption is disabled
+    // while tracepoint programs run, so nothing else touches it meanwhile.
+    unsafe {
+        if *busy != 0 {
+            count(counter::REENTERED);
+            return Ok(0);
+        }
+        *busy = 1;
+    }
+    let r = f();
+    // SAFETY: as above.
+    unsafe { *busy = 0 };
+    r
+}
+
+#[inline(always)]
+fn current_ids() -> (u32, u32) {
+    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+    (pid_tgid as u32, (pid_tgid >> 32) as u32)
+}
+
+#[inline(always)]
+fn wanted(cfg: &Config, tgid: u32) -> bool {
+    if cfg.filter_tgid == 0 {
+        return true;
+    }
+    // SAFETY: the value is a plain u8 and is only read.
+    unsafe { TGID_FILTER.get(tgid).is_some() }
+}
+
+#[inline(always)]
+fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
+    let cfg = CONFIG.load();
+    if cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
+        return Ok(0);
+    }
+    let (tid, tgid) = current_ids();
+    if !wanted(&cfg, tgid) {
+        return Ok(0);
+    }
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let key = task_key(tid, cpu);
+
+    if let Some(pending) = PENDING.get_ptr_mut(key) {
+        // SAFETY: the pointer is a live hash-map value for this task; only
+        // this task (or, for tid 0, this CPU) writes it.
+        let pending = unsafe { &mut *pending };
+        if pending.lock_addr == lock_addr {
+            // Mutex: optimistic spin, then sleep. Keep the first timestamp.
+            pending.flags |= flags;
+            count(counter::REPEATED_BEGIN);
+        } else {
+            // Contention on another lock inside this wait: irq nesting or
+            // qrwlock's internal wait_lock. Measure the outer wait only.
+            count(counter::NESTED);
+        }
+        return Ok(0);
+    }
+
+    let stack_id = match ctx.get_stackid(&STACKS, 0) {
+        Ok(id) => id as i32,
+        Err(e) => {
+            if count(counter::STACK_FAILED) {
+                warn!(ctx, "lockprof: bpf_get_stackid failed: {}", e);
+            }
+            e
+        }
+    };
+    let pending = PendingWait {
+        // SAFETY: helper without preconditions.
+        begin_ns: unsafe { bpf_ktime_get_ns() },
+        lock_addr,
+        flags,
+        stack_id,
+        tgid,
+        _pad: 0,
+    };
+    if let Err(e) = PENDING.insert(key, pending, BPF_NOEXIST as u64) {
+        if count(counter::PENDING_FULL) {
+            warn!(ctx, "lockprof: pending-wait map insert failed: {}", e);
+        }
+        return Err(0);
+    }
+    Ok(0)
+}
+
+#[inline(always)]
+fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
+    let (tid, tgid) = current_ids();
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let key = task_key(tid, cpu);
+    let pending = match PENDING.get_ptr(key) {
+        // SAFETY: live map value, copied out before the delete below.
+        Some(p) => unsafe { *p },
+        None => {
+            // With filters on, ends of filtered waits are expected here.
+            if CONFIG.load() == Config::default() {
+                count(counter::END_WITHOUT_BEGIN);
+            }
+            return Ok(0);
+        }
+    };
+    if pending.lock_addr != lock_addr {
+        // End of a nested wait that begin skipped.
+        return Ok(0);
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let _ = PENDING.remove(key);
+
+    match EVENTS.reserve::<ContentionEvent>(0) {
+        Some(mut entry) => {
+            let ev = ContentionEvent {
+                lock_addr,
+                wait_ns: now.saturating_sub(pending.begin_ns),
+                end_ns: now,
+                tid,
+                tgid,
+                flags: pending.flags,
+                cpu,
+                stack_id: pending.stack_id,
+                kind: EVENT_CONTENTION,
+                comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
+            };
+            entry.write(ev);
+            entry.submit(0);
+            count(counter::EVENTS);
+        }
+        None => {
+            if count(counter::RINGBUF_FULL) {
+                warn!(ctx, "lockprof: ring buffer full, events are being lost");
+            }
+        }
+    }
+    Ok(0)
+}
+
+#[btf_tracepoint(function = "contention_begin")]
+pub fn contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
+    let lock: u64 = ctx.arg(0);
+    let flags: u32 = ctx.arg(1);
+    match guarded(|| on_begin(&ctx, lock, flags)) {
+        Ok(r) | Err(r) => r as i32,
+    }
+}
+
+#[btf_tracepoint(function = "contention_end")]
+pub fn contention_end_btf(ctx: BtfTracePointContext) -> i32 {
+    let lock: u64 = ctx.arg(0);
+    match guarded(|| on_end(&ctx, lock)) {
+        Ok(r) | Err(r) => r as i32,
+    }
+}
+
+#[tracepoint(category = "lock", name = "contention_begin")]
+pub fn contention_begin_tp(ctx: TracePointContext) -> u32 {
+    match try_contention_begin_tp(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_contention_begin_tp(ctx: &TracePointContext) -> Result<u32, u32> {
+    // SAFETY: offsets come from the tracepoint's format file (or its
+    // documented default layout); read_at bounds-checks through the helper.
+    let lock: u64 = unsafe { ctx.read_at(TP_BEGIN_LOCK_OFF.load() as usize) }.map_err(|_| 0u32)?;
+    // SAFETY: as above.
+    let flags: u32 = unsafe { ctx.read_at(TP_BEGIN_FLAGS_OFF.load() as usize) }.map_err(|_| 0u32)?;
+    guarded(|| on_begin(ctx, lock, flags))
+}
+
+#[tracepoint(category = "lock", name = "contention_end")]
+pub fn contention_end_tp(ctx: TracePointContext) -> u32 {
+    match try_contention_end_tp(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_contention_end_tp(ctx: &TracePointContext) -> Result<u32, u32> {
+    // SAFETY: see try_contention_begin_tp.
+    let lock: u64 = unsafe { ctx.read_at(TP_END_LOCK_OFF.load() as usize) }.map_err(|_| 0u32)?;
+    guarded(|| on_end(ctx, lock))
+}
+
+/// Feature probe for `lockprof doctor`: does this kernel attach kprobes?
+#[kprobe]
+pub fn probe_kprobe(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+/// Feature probe for `lockprof doctor`: does this kernel attach fentry?
+#[fentry]
+pub fn probe_fentry(_ctx: FEntryContext) -> i32 {
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,190 @@
+//! Command-line interface (clap). Subcommand and option names are stable.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    ebpf::BackendChoice,
+    report::{By, Format, SortKey},
+    workload::Workload,
+};
+
+/// lockprof: a live lock-contention profiler for Linux (eBPF).
+#[derive(Debug, Parser)]
+#[command(name = "lockprof", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// More diagnostics on stderr (-v: info, including eBPF-side messages; -vv: debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Profile the live kernel and print a report when done (needs root).
+    Record(RecordArgs),
+    /// Render a saved recording.
+    Report(ReportArgs),
+    /// Show what this kernel supports, trying each backend for real.
+    Doctor(DoctorArgs),
+    /// Generate lock contention (pipe, fork, unlink, prio) for demos, tests and benchmarks.
+    Stress(StressArgs),
+}
+
+/// How a report looks (shared by record and report).
+#[derive(Debug, Args, Clone)]
+pub struct ViewArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Rows: one per lock (callers nested), per caller stack, or per thread.
+    #[arg(long, value_enum, default_value_t = By::Lock)]
+    pub by: By,
+    /// Sort key (descending).
+    #[arg(long, value_enum, default_value_t = SortKey::WaitTotal)]
+    pub sort: SortKey,
+    /// Show only the top N rows.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Callers listed under each lock in the text report.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub callers: usize,
+    /// CSV field separator.
+    #[arg(long, value_name = "C", default_value_t = ',')]
+    pub separator: char,
+}
+
+/// `lockprof record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Stop after this many seconds (default: run until Ctrl-C or SIGTERM).
+    #[arg(long, short, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Save the recording here (read it back with `lockprof report --input`).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Only these processes (repeatable).
+    #[arg(long, short, value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Only these lock types, comma separated: mutex, rwsem, rwlock, spinlock, rt-mutex, rwlock-rt, percpu-rwsem.
+    #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',')]
+    pub types: Vec<String>,
+    /// Wait backend.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// Ring buffer size in MiB (power of two).
+    #[arg(long, value_name = "MIB", default_value_t = 4)]
+    pub ringbuf_mb: u32,
+    /// Capacity of the kernel stack map (distinct stacks).
+    #[arg(long, value_name = "N", default_value_t = profiler_common::DEFAULT_STACK_ENTRIES)]
+    pub stack_map_size: u32,
+    /// Cap on distinct (lock, stack) pairs kept in memory; more are folded into an overflow row.
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    pub max_callers: usize,
+    /// Report options.
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+/// `lockprof report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Recording written by `lockprof record --output`.
+    #[arg(long, short, value_name = "FILE")]
+    pub input: PathBuf,
+    /// Report options.
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+/// `lockprof doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lockprof stress`.
+#[derive(Debug, Args)]
+pub struct StressArgs {
+    /// Scenario.
+    #[arg(value_enum)]
+    pub workload: Workload,
+    /// Worker threads.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lockprof").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn record_options() {
+        let cli = parse(&[
+            "record",
+            "--duration",
+            "5",
+            "--output",
+            "x.lockprof",
+            "--format",
+            "json",
+            "--pid",
+            "1",
+            "--pid",
+            "2",
+            "--type",
+            "mutex,rwlock",
+            "--backend",
+            "tp_btf",
+            "--top",
+            "3",
+        ])
+        .expect("parse");
+        let Command::Record(r) = cli.command else { panic!("not record") };
+        assert_eq!(r.duration, Some(5.0));
+        assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.lockprof")));
+        assert_eq!(r.view.format, Format::Json);
+        assert_eq!(r.pid, [1, 2]);
+        assert_eq!(r.types, ["mutex", "rwlock"]);
+        assert_eq!(r.backend, BackendChoice::TpBtf);
+        assert_eq!(r.view.top, Some(3));
+    }
+
+    #[test]
+    fn report_options() {
+        let cli = parse(&["report", "--input", "a", "--by", "caller", "--sort", "wait_p99", "--format", "csv"])
+            .expect("parse");
+        let Command::Report(r) = cli.command else { panic!("not report") };
+        assert_eq!(r.view.by, By::Caller);
+        assert_eq!(r.view.sort, SortKey::WaitP99);
+        assert_eq!(r.view.format, Format::Csv);
+        for s in ["contended", "wait_total", "wait_max", "wait_avg", "wait_p99"] {
+            parse(&["report", "--input", "a", "--sort", s]).expect(s);
+        }
+        for b in ["auto", "tp_btf", "tracepoint"] {
+            parse(&["record", "--backend", b]).expect(b);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_rejected() {
+        assert!(parse(&["report"]).is_err(), "--input is required");
+        assert!(parse(&["record", "--backend", "magic"]).is_err());
+        assert!(parse(&["record", "--pid", "abc"]).is_err());
+        assert!(parse(&["report", "--input", "a", "--sort", "fastest"]).is_err());
+        assert!(parse(&["frobnicate"]).is_err());
+    }
+}

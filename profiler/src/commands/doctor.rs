@@ -1,0 +1,81 @@
+//! `lockprof doctor`: what this kernel supports.
+
+use std::fmt::Write as _;
+
+use super::print_stdout;
+use crate::{cli::DoctorArgs, ebpf::features};
+
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+/// Renders the doctor's findings as text.
+pub fn render_doctor(d: &features::Doctor) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "kernel:            {}", d.kernel);
+    let _ = writeln!(
+        s,
+        "BTF:               {}",
+        if d.btf { "yes (/sys/kernel/btf/vmlinux)" } else { "no (tp_btf and fentry need it)" }
+    );
+    let _ = writeln!(
+        s,
+        "tracefs:           {}",
+        d.tracefs.as_deref().unwrap_or("not mounted (classic tracepoints need it)")
+    );
+    let _ = writeln!(s, "lock tracepoints:  {}", yes(d.lock_tracepoints));
+    let p = &d.privileges;
+    let _ = writeln!(
+        s,
+        "privileges:        root={} CAP_BPF={} CAP_PERFMON={} CAP_SYS_ADMIN={} CAP_SYS_RESOURCE={}{}",
+        yes(p.root),
+        yes(p.cap_bpf),
+        yes(p.cap_perfmon),
+        yes(p.cap_sys_admin),
+        yes(p.cap_sys_resource),
+        if p.cap_sys_resource {
+            ""
+        } else {
+            " (no RLIMIT_MEMLOCK raise; fine on kernels with memcg BPF accounting, >= 5.11)"
+        }
+    );
+    let k = &d.kallsyms;
+    if k.readable {
+        let _ = writeln!(
+            s,
+            "kallsyms:          readable, {} text symbols, {} data symbols{}",
+            k.text_symbols,
+            k.data_symbols,
+            match &k.tasklist_lock {
+                Some(a) => format!("; tasklist_lock at {a} (locks are named from kallsyms)"),
+                None => "; no tasklist_lock (no CONFIG_KALLSYMS_ALL: lock names are inferred from callers)".to_string(),
+            }
+        );
+    } else {
+        let _ = writeln!(s, "kallsyms:          unreadable: {}", k.error.as_deref().unwrap_or("?"));
+    }
+    let _ = writeln!(s, "backends:");
+    for b in &d.backends {
+        let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
+    }
+    match d.auto_pick {
+        Some(b) => {
+            let _ = writeln!(s, "auto picks:        {b} ({})", d.auto_reason);
+        }
+        None => {
+            let _ = writeln!(s, "auto picks:        nothing: {}", d.auto_reason);
+        }
+    }
+    s
+}
+
+/// Runs the checks and prints them.
+pub fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
+    let d = features::run();
+    if args.json {
+        print_stdout(&(serde_json::to_string_pretty(&d)? + "\n"))?;
+    } else {
+        print_stdout(&render_doctor(&d))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,30 @@
+//! `lockprof stress`: run a built-in contention scenario.
+
+use std::{
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
+
+use crate::{cli::StressArgs, workload};
+
+use super::UsageError;
+
+/// Runs the scenario and prints its throughput.
+pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
+    if !(args.duration.is_finite() && args.duration > 0.0) {
+        return Err(
+            UsageError(format!("--duration must be a positive number of seconds, not {}", args.duration)).into()
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let out = workload::run(args.workload, args.threads, Duration::from_secs_f64(args.duration), stop)?;
+    println!(
+        "{:?}: {} ops in {:.2} s ({:.0} ops/s, {} threads)",
+        args.workload,
+        out.ops,
+        out.elapsed.as_secs_f64(),
+        out.rate(),
+        args.threads
+    );
+    Ok(())
+}

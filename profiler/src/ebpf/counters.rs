@@ -1,0 +1,67 @@
+//! Reading the eBPF side's per-CPU counters and the kernel's per-program stats.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use aya::maps::{Map, PerCpuArray};
+use profiler_common::counter;
+
+/// Counter totals over all CPUs, indexed by `profiler_common::counter`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters(pub [u64; counter::COUNT as usize]);
+
+impl KernelCounters {
+    /// Sums the `COUNTERS` per-CPU array.
+    pub fn read(map: &Map) -> Result<KernelCounters, aya::maps::MapError> {
+        let arr: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
+        let mut out = [0u64; counter::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = arr.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(KernelCounters(out))
+    }
+
+    /// A counter by index.
+    pub fn get(&self, idx: u32) -> u64 {
+        self.0.get(idx as usize).copied().unwrap_or(0)
+    }
+
+    /// (name, value) pairs.
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        counter::NAMES.iter().copied().zip(self.0.iter().copied())
+    }
+}
+
+/// `recursion_misses` of a program, from /proc/self/fdinfo.
+pub fn recursion_misses(fd: &impl AsFd) -> Option<u64> {
+    let raw = fd.as_fd().as_raw_fd();
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{raw}")).ok()?;
+    parse_fdinfo(&info, "recursion_misses")
+}
+
+fn parse_fdinfo(info: &str, key: &str) -> Option<u64> {
+    info.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fdinfo_field() {
+        let info = "pos:\t0\nflags:\t02000002\nprog_type:\t26\nrun_time_ns:\t0\nrun_cnt:\t0\nrecursion_misses:\t7\nverified_insns:\t120\n";
+        assert_eq!(parse_fdinfo(info, "recursion_misses"), Some(7));
+        assert_eq!(parse_fdinfo(info, "run_cnt"), Some(0));
+        assert_eq!(parse_fdinfo(info, "missing"), None);
+    }
+
+    #[test]
+    fn counters_are_named_in_order() {
+        let mut c = KernelCounters::default();
+        c.0[counter::RINGBUF_FULL as usize] = 3;
+        let named: Vec<_> = c.named().collect();
+        assert_eq!(named.len(), counter::COUNT as usize);
+        assert_eq!(named[1], ("ringbuf_full", 3));
+        assert_eq!(c.get(counter::RINGBUF_FULL), 3);
+        assert_eq!(c.get(99), 0);
+    }
+}

@@ -1,0 +1,316 @@
+//! Loading the eBPF object and attaching the wait backend.
+
+use std::collections::HashMap as StdHashMap;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, RingBuf, StackTraceMap},
+    programs::{BtfTracePoint, TracePoint},
+};
+use profiler_common::{Config, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, PendingWait};
+
+use super::{TraceFs, TracefsError, check_privileges, counters::KernelCounters};
+use crate::symbols::StackSource;
+
+/// The user's `--backend` choice.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// tp_btf if the kernel takes it, else classic tracepoints.
+    #[default]
+    Auto,
+    /// BTF-typed raw tracepoints (no tracefs needed).
+    #[value(name = "tp_btf")]
+    TpBtf,
+    /// Classic tracepoints through tracefs.
+    Tracepoint,
+}
+
+/// The wait backend actually attached.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WaitBackend {
+    /// `tp_btf/contention_{begin,end}`.
+    TpBtf,
+    /// `tracepoint/lock/contention_{begin,end}`.
+    Tracepoint,
+}
+
+impl WaitBackend {
+    /// Stable name, as in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitBackend::TpBtf => "tp_btf",
+            WaitBackend::Tracepoint => "tracepoint",
+        }
+    }
+
+    fn programs(self) -> [&'static str; 2] {
+        // End first: attaching begin before end could leave waits whose end
+        // was never seen in the pending map.
+        match self {
+            WaitBackend::TpBtf => ["contention_end_btf", "contention_begin_btf"],
+            WaitBackend::Tracepoint => ["contention_end_tp", "contention_begin_tp"],
+        }
+    }
+}
+
+/// Errors loading or attaching.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Not enough privileges (message names what is missing).
+    #[error("{0}")]
+    Privileges(String),
+    /// The kernel rejected the object (maps or BTF).
+    #[error("loading the eBPF object failed: {0}")]
+    Object(#[source] Box<aya::EbpfError>),
+    /// tracefs is needed but unavailable.
+    #[error(transparent)]
+    Tracefs(#[from] TracefsError),
+    /// No backend could be attached; each attempt and its error is listed.
+    #[error("no wait backend could be attached:\n{}", .0.iter().map(|(b, e)| format!("  {b}: {e}")).collect::<Vec<_>>().join("\n"))]
+    NoBackend(Vec<(String, String)>),
+    /// A map is missing or has an unexpected type.
+    #[error("eBPF map {name}: {detail}")]
+    Map {
+        /// Map name.
+        name: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// Options for loading.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Backend choice.
+    pub backend: BackendChoice,
+    /// Type filter and pid-filter switch.
+    pub config: Config,
+    /// Processes to record (empty: all).
+    pub tgids: Vec<u32>,
+    /// Ring buffer size in bytes (power of two, multiple of the page size).
+    pub ringbuf_bytes: u32,
+    /// Stack map capacity.
+    pub stack_entries: u32,
+    /// Pending-wait map capacity.
+    pub pending_entries: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            backend: BackendChoice::Auto,
+            config: Config::default(),
+            tgids: Vec::new(),
+            ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
+            stack_entries: DEFAULT_STACK_ENTRIES,
+            pending_entries: DEFAULT_PENDING_ENTRIES,
+        }
+    }
+}
+
+/// Loaded and attached programs with their maps.
+pub struct Probes {
+    ebpf: Ebpf,
+    backend: WaitBackend,
+    attempts: Vec<(String, String)>,
+}
+
+/// Kernel stack map as a [`StackSource`].
+pub struct KernelStacks(StackTraceMap<MapData>);
+
+impl StackSource for KernelStacks {
+    fn frames(&mut self, id: u32) -> Option<Vec<u64>> {
+        self.0.get(&id, 0).ok().map(|st| st.frames().iter().map(|f| f.ip).collect())
+    }
+}
+
+fn attach_tp_btf(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf = Btf::from_sys_fs().map_err(|e| format!("no kernel BTF (/sys/kernel/btf/vmlinux): {e}"))?;
+    for (prog, tp) in [("contention_end_btf", "contention_end"), ("contention_begin_btf", "contention_begin")] {
+        let p: &mut BtfTracePoint = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("program {prog} missing from the object"))?
+            .try_into()
+            .map_err(|e| format!("{prog}: {e}"))?;
+        p.load(tp, &btf).map_err(|e| format!("loading {prog}: {}", super::error_chain(&e)))?;
+        p.attach().map_err(|e| format!("attaching {prog}: {}", super::error_chain(&e)))?;
+    }
+    Ok(())
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf) -> Result<(), String> {
+    let tfs = TraceFs::find_or_mount().map_err(|e| e.to_string())?;
+    if !tfs.has_lock_events() {
+        return Err(TracefsError::NoLockEvents.to_string());
+    }
+    for (prog, tp) in [("contention_end_tp", "contention_end"), ("contention_begin_tp", "contention_begin")] {
+        let p: &mut TracePoint = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("program {prog} missing from the object"))?
+            .try_into()
+            .map_err(|e| format!("{prog}: {e}"))?;
+        p.load().map_err(|e| format!("loading {prog}: {}", super::error_chain(&e)))?;
+        p.attach("lock", tp).map_err(|e| format!("attaching {prog}: {}", super::error_chain(&e)))?;
+    }
+    Ok(())
+}
+
+fn unload(ebpf: &mut Ebpf, backend: WaitBackend) {
+    for name in backend.programs() {
+        if let Some(p) = ebpf.program_mut(name) {
+            let r = match p {
+                aya::programs::Program::BtfTracePoint(p) => p.unload(),
+                aya::programs::Program::TracePoint(p) => p.unload(),
+                _ => Ok(()),
+            };
+            if let Err(e) = r {
+                log::debug!("unloading {name}: {e}");
+            }
+        }
+    }
+}
+
+impl Probes {
+    /// Checks privileges, loads the object with `opts`, and attaches a backend.
+    pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
+        if let Some(msg) = check_privileges().missing() {
+            return Err(LoadError::Privileges(msg));
+        }
+        bump_memlock();
+
+        // Classic tracepoint field offsets from tracefs when it is there.
+        let tfs = TraceFs::find();
+        let off = |name: &str, field: &str, default: u32| {
+            tfs.as_ref().and_then(|t| t.field_offset("lock", name, field)).unwrap_or(default)
+        };
+        let begin_lock = off("contention_begin", "lock_addr", 8);
+        let begin_flags = off("contention_begin", "flags", 16);
+        let end_lock = off("contention_end", "lock_addr", 8);
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &opts.config, true)
+            .override_global("TP_BEGIN_LOCK_OFF", &begin_lock, true)
+            .override_global("TP_BEGIN_FLAGS_OFF", &begin_flags, true)
+            .override_global("TP_END_LOCK_OFF", &end_lock, true)
+            .map_max_entries("EVENTS", opts.ringbuf_bytes)
+            .map_max_entries("STACKS", opts.stack_entries)
+            .map_max_entries("PENDING", opts.pending_entries)
+            .load(super::object_bytes())
+            .map_err(|e| LoadError::Object(Box::new(e)))?;
+
+        if !opts.tgids.is_empty() {
+            let mut filter: HashMap<_, u32, u8> = HashMap::try_from(
+                ebpf.map_mut("TGID_FILTER").ok_or(LoadError::Map { name: "TGID_FILTER", detail: "missing".into() })?,
+            )
+            .map_err(|e| LoadError::Map { name: "TGID_FILTER", detail: e.to_string() })?;
+            for tgid in &opts.tgids {
+                filter.insert(tgid, 1, 0).map_err(|e| LoadError::Map { name: "TGID_FILTER", detail: e.to_string() })?;
+            }
+        }
+
+        let order: &[WaitBackend] = match opts.backend {
+            BackendChoice::Auto => &[WaitBackend::TpBtf, WaitBackend::Tracepoint],
+            BackendChoice::TpBtf => &[WaitBackend::TpBtf],
+            BackendChoice::Tracepoint => &[WaitBackend::Tracepoint],
+        };
+        let mut attempts = Vec::new();
+        for &backend in order {
+            let r = match backend {
+                WaitBackend::TpBtf => attach_tp_btf(&mut ebpf),
+                WaitBackend::Tracepoint => attach_tracepoint(&mut ebpf),
+            };
+            match r {
+                Ok(()) => {
+                    log::info!("attached the {} backend", backend.name());
+                    return Ok(Probes { ebpf, backend, attempts });
+                }
+                Err(e) => {
+                    log::warn!("{} backend unavailable: {e}", backend.name());
+                    unload(&mut ebpf, backend);
+                    attempts.push((backend.name().to_string(), e));
+                }
+            }
+        }
+        Err(LoadError::NoBackend(attempts))
+    }
+
+    /// The attached backend.
+    pub fn backend(&self) -> WaitBackend {
+        self.backend
+    }
+
+    /// Backends tried before the one attached, with their errors.
+    pub fn attempts(&self) -> &[(String, String)] {
+        &self.attempts
+    }
+
+    /// Mutable access for the aya-log logger.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// Takes the event ring buffer (once).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
+        let map = self
+            .ebpf
+            .take_map("EVENTS")
+            .ok_or(LoadError::Map { name: "EVENTS", detail: "missing or already taken".into() })?;
+        RingBuf::try_from(map).map_err(|e| LoadError::Map { name: "EVENTS", detail: e.to_string() })
+    }
+
+    /// Takes the stack map (once).
+    pub fn take_stacks(&mut self) -> Result<KernelStacks, LoadError> {
+        let map = self
+            .ebpf
+            .take_map("STACKS")
+            .ok_or(LoadError::Map { name: "STACKS", detail: "missing or already taken".into() })?;
+        StackTraceMap::try_from(map)
+            .map(KernelStacks)
+            .map_err(|e| LoadError::Map { name: "STACKS", detail: e.to_string() })
+    }
+
+    /// Sums of the per-CPU counters.
+    pub fn counters(&self) -> Result<KernelCounters, LoadError> {
+        let map = self.ebpf.map("COUNTERS").ok_or(LoadError::Map { name: "COUNTERS", detail: "missing".into() })?;
+        KernelCounters::read(map).map_err(|e| LoadError::Map { name: "COUNTERS", detail: e.to_string() })
+    }
+
+    /// Waits still open (begin seen, end not yet), keyed by task key.
+    pub fn pending(&self) -> Result<Vec<(u64, PendingWait)>, LoadError> {
+        let map = self.ebpf.map("PENDING").ok_or(LoadError::Map { name: "PENDING", detail: "missing".into() })?;
+        let pending: HashMap<_, u64, PendingWait> =
+            HashMap::try_from(map).map_err(|e| LoadError::Map { name: "PENDING", detail: e.to_string() })?;
+        Ok(pending.iter().filter_map(Result::ok).collect())
+    }
+
+    /// Program run skips by the kernel's recursion protection, per program.
+    pub fn recursion_misses(&self) -> StdHashMap<&'static str, u64> {
+        self.backend
+            .programs()
+            .into_iter()
+            .filter_map(|name| {
+                let fd = self.ebpf.program(name)?.fd().ok()?;
+                Some((name, super::recursion_misses(fd)?))
+            })
+            .collect()
+    }
+
+    /// Detaches and unloads the programs; maps stay readable.
+    pub fn detach(&mut self) {
+        unload(&mut self.ebpf, self.backend);
+    }
+}
+
+/// Raises RLIMIT_MEMLOCK for kernels without memcg accounting of BPF memory.
+/// Fails without CAP_SYS_RESOURCE, which is fine on kernels >= 5.11.
+fn bump_memlock() {
+    let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit reads a valid, initialized rlimit struct.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+    if rc != 0 {
+        log::debug!(
+            "setrlimit(RLIMIT_MEMLOCK) failed ({}); relying on memcg accounting of BPF memory",
+            std::io::Error::last_os_error()
+        );
+    }
+}

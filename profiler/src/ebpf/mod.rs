@@ -1,0 +1,33 @@
+//! Loading, attaching and probing lockprof's eBPF programs.
+
+mod caps;
+mod counters;
+pub mod features;
+mod load;
+mod tracefs;
+
+pub use caps::{Privileges, check_privileges};
+pub use counters::{KernelCounters, recursion_misses};
+pub use load::{BackendChoice, KernelStacks, LoadError, LoadOptions, Probes, WaitBackend};
+pub use tracefs::{TraceFs, TracefsError};
+
+/// The eBPF object built by build.rs, embedded at compile time.
+pub(crate) fn object_bytes() -> &'static [u8] {
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"))
+}
+
+/// An error with its sources, `outer: inner: innermost` (aya's messages often
+/// keep the kernel's answer in the source).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        let msg = src.to_string();
+        if !s.contains(&msg) {
+            s.push_str(": ");
+            s.push_str(&msg);
+        }
+        cur = src.source();
+    }
+    s
+}

@@ -1,0 +1,52 @@
+//! `lockprof`: parse the command line, set up logging, run, map errors to exit codes.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use lockprof::{
+    cli::{Cli, Command},
+    commands::{self, UsageError},
+    ebpf::LoadError,
+    pipeline::SessionError,
+};
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    let privileges = |e: &LoadError| matches!(e, LoadError::Privileges(_));
+    if err.downcast_ref::<UsageError>().is_some()
+        || err.downcast_ref::<LoadError>().is_some_and(privileges)
+        || matches!(err.downcast_ref::<SessionError>(), Some(SessionError::Load(e)) if privileges(e))
+    {
+        2
+    } else {
+        1
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        _ => log::LevelFilter::Debug,
+    };
+    env_logger::Builder::new().filter_level(level).parse_default_env().init();
+
+    let result = match &cli.command {
+        Command::Report(a) => commands::report(a),
+        Command::Doctor(a) => commands::doctor(a),
+        Command::Stress(a) => commands::stress(a),
+        Command::Record(a) => {
+            match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                Ok(rt) => rt.block_on(commands::record(a, cli.verbose)),
+                Err(e) => Err(e.into()),
+            }
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockprof: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The data model shared by every face of lockprof: statistics, lock kinds,
+//! and the resolved [`Profile`] that reports, recordings and exports read.
+
+mod kind;
+mod profile;
+mod stats;
+
+pub use kind::{mode_name, parse_type, type_label, type_name};
+pub use profile::{CallerProfile, LockProfile, Meta, NameSource, Profile, TaskProfile};
+pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};

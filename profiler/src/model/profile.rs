@@ -1,0 +1,120 @@
+//! The resolved profile: what a recording holds and every report renders.
+
+use std::collections::BTreeMap;
+
+use profiler_common::{LockMode, LockType};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Stats,
+    kind::{serde_mode, serde_type},
+};
+
+/// Where a lock's name came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NameSource {
+    /// A kallsyms data symbol at exactly the lock's address.
+    Kallsyms,
+    /// Inferred from who contends on it (e.g. `tasklist_lock` from fork/exit callers).
+    Inferred,
+}
+
+/// Facts about the recording as a whole.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Backend that measured the waits (`tp_btf`, `tracepoint`, ...).
+    pub backend: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// Host name of the profiled machine.
+    pub hostname: String,
+    /// Wall-clock seconds recorded.
+    pub duration_s: f64,
+    /// Unix time the recording started.
+    pub started_unix_s: u64,
+    /// Contention events aggregated.
+    pub events: u64,
+    /// Named loss and bookkeeping counters (ring buffer, stacks, maps, keys).
+    pub drops: BTreeMap<String, u64>,
+    /// Why hold times are absent, when they are.
+    pub hold_unavailable: Option<String>,
+    /// Filters in force while recording, as given on the command line.
+    pub filters: Vec<String>,
+}
+
+/// One lock instance (address, type, mode) and who waited for it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LockProfile {
+    /// Kernel address of the lock (0 for the overflow row).
+    pub addr: u64,
+    /// Lock type.
+    #[serde(rename = "type", with = "serde_type")]
+    pub lock_type: LockType,
+    /// Reader/writer side.
+    #[serde(with = "serde_mode")]
+    pub mode: LockMode,
+    /// Symbolic name, when known.
+    pub name: Option<String>,
+    /// How `name` was found.
+    pub name_source: Option<NameSource>,
+    /// Caller-derived class, e.g. `mutex @ anon_pipe_write`.
+    pub class: String,
+    /// Wait times.
+    pub wait: Stats,
+    /// Hold times of contended acquisitions, when the backend sees releases.
+    pub hold: Option<Stats>,
+    /// Waiters grouped by kernel stack, largest total wait first.
+    pub callers: Vec<CallerProfile>,
+}
+
+impl LockProfile {
+    /// Name if known, else the caller-derived class.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.class)
+    }
+}
+
+/// Waiters of one lock that share a kernel stack.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CallerProfile {
+    /// First frame outside the locking internals, `function+0xoff`.
+    pub caller: String,
+    /// Symbolized frames, innermost first.
+    pub stack: Vec<String>,
+    /// Wait times.
+    pub wait: Stats,
+    /// Hold times, when the backend sees releases.
+    pub hold: Option<Stats>,
+}
+
+/// Waits of one thread.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskProfile {
+    /// Thread id (`u32::MAX` for the overflow row).
+    pub tid: u32,
+    /// Process id.
+    pub tgid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Wait times over all locks.
+    pub wait: Stats,
+}
+
+/// A complete, symbolized lock-contention profile.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Profile {
+    /// Facts about the recording.
+    pub meta: Meta,
+    /// Contended locks.
+    pub locks: Vec<LockProfile>,
+    /// Waiting threads.
+    pub tasks: Vec<TaskProfile>,
+}
+
+impl Profile {
+    /// Total contentions over all locks.
+    pub fn contended(&self) -> u64 {
+        self.locks.iter().map(|l| l.wait.count()).sum()
+    }
+}

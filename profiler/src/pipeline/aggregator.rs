@@ -1,0 +1,267 @@
+//! The aggregator: pure, kernel-free folding of contention events into
+//! per-lock, per-caller-stack and per-task statistics with bounded memory.
+
+use profiler_common::{ContentionEvent, LockMode, LockType};
+use rustc_hash::FxHashMap;
+
+use crate::{
+    model::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats},
+    symbols::OVERFLOW_STACK,
+};
+
+/// Identity of a lock instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey {
+    /// Kernel address.
+    pub addr: u64,
+    /// Type from the contention flags.
+    pub lock_type: LockType,
+    /// Reader/writer side.
+    pub mode: LockMode,
+}
+
+impl LockKey {
+    /// The key of the row that absorbs locks beyond the key limit.
+    pub const OVERFLOW: LockKey = LockKey { addr: 0, lock_type: LockType::Unknown, mode: LockMode::Exclusive };
+
+    /// Key of an event's lock.
+    pub fn of(ev: &ContentionEvent) -> LockKey {
+        LockKey { addr: ev.lock_addr, lock_type: LockType::from_flags(ev.flags), mode: LockMode::from_flags(ev.flags) }
+    }
+}
+
+/// Thread id of the row that absorbs tasks beyond the key limit.
+pub const OVERFLOW_TID: u32 = u32::MAX;
+
+/// Caps on distinct keys; events beyond them are folded into overflow rows
+/// (so totals stay exact) and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Distinct locks.
+    pub max_locks: usize,
+    /// Distinct (lock, stack) pairs.
+    pub max_callers: usize,
+    /// Distinct threads.
+    pub max_tasks: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000 }
+    }
+}
+
+/// Statistics of one lock.
+#[derive(Clone, Debug)]
+pub struct LockAgg {
+    /// All waits on the lock.
+    pub wait: Stats,
+    /// Waits per kernel stack id.
+    pub callers: FxHashMap<i32, Stats>,
+}
+
+/// Statistics of one thread.
+#[derive(Clone, Debug)]
+pub struct TaskAgg {
+    /// Process id.
+    pub tgid: u32,
+    /// Thread name (NUL padded).
+    pub comm: [u8; 16],
+    /// Waits over all locks.
+    pub wait: Stats,
+}
+
+/// Events folded into overflow rows because a key limit was reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overflow {
+    /// Events whose lock did not fit.
+    pub locks: u64,
+    /// Events whose (lock, stack) did not fit.
+    pub callers: u64,
+    /// Events whose thread did not fit.
+    pub tasks: u64,
+}
+
+/// A point-in-time copy of the aggregator's tables.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Per-lock statistics.
+    pub locks: FxHashMap<LockKey, LockAgg>,
+    /// Per-thread statistics.
+    pub tasks: FxHashMap<u32, TaskAgg>,
+    /// Key-limit overflow counts.
+    pub overflow: Overflow,
+    /// Events ingested.
+    pub events: u64,
+}
+
+/// Folds events into a [`Snapshot`].
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    state: Snapshot,
+    limits: Limits,
+    callers: usize,
+}
+
+impl Aggregator {
+    /// An empty aggregator with the given key limits.
+    pub fn new(limits: Limits) -> Self {
+        Aggregator { state: Snapshot::default(), limits, callers: 0 }
+    }
+
+    /// Adds one completed contention.
+    pub fn ingest(&mut self, ev: &ContentionEvent) {
+        let st = &mut self.state;
+        st.events += 1;
+
+        let mut key = LockKey::of(ev);
+        if !st.locks.contains_key(&key) && st.locks.len() >= self.limits.max_locks {
+            st.overflow.locks += 1;
+            key = LockKey::OVERFLOW;
+        }
+        let lock = st
+            .locks
+            .entry(key)
+            .or_insert_with(|| LockAgg { wait: Stats::new(LOCK_SIGFIG), callers: FxHashMap::default() });
+        lock.wait.record(ev.wait_ns);
+
+        let mut sid = ev.stack_id;
+        if !lock.callers.contains_key(&sid) {
+            if self.callers >= self.limits.max_callers {
+                st.overflow.callers += 1;
+                sid = OVERFLOW_STACK;
+            }
+            if !lock.callers.contains_key(&sid) {
+                self.callers += 1;
+            }
+        }
+        lock.callers.entry(sid).or_insert_with(|| Stats::new(DETAIL_SIGFIG)).record(ev.wait_ns);
+
+        let mut tid = ev.tid;
+        if !st.tasks.contains_key(&tid) && st.tasks.len() >= self.limits.max_tasks {
+            st.overflow.tasks += 1;
+            tid = OVERFLOW_TID;
+        }
+        st.tasks
+            .entry(tid)
+            .or_insert_with(|| TaskAgg {
+                tgid: if tid == OVERFLOW_TID { 0 } else { ev.tgid },
+                comm: if tid == OVERFLOW_TID { *b"[other tasks]\0\0\0" } else { ev.comm },
+                wait: Stats::new(DETAIL_SIGFIG),
+            })
+            .wait
+            .record(ev.wait_ns);
+    }
+
+    /// A copy of the current tables.
+    pub fn snapshot(&self) -> Snapshot {
+        self.state.clone()
+    }
+
+    /// Borrow of the current tables.
+    pub fn state(&self) -> &Snapshot {
+        &self.state
+    }
+
+    /// Forgets everything (the TUI's reset key).
+    pub fn reset(&mut self) {
+        self.state = Snapshot::default();
+        self.callers = 0;
+    }
+
+    /// Events ingested since the last reset.
+    pub fn events(&self) -> u64 {
+        self.state.events
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use profiler_common::{EVENT_CONTENTION, lcb};
+
+    use super::*;
+
+    pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: i32) -> ContentionEvent {
+        let mut comm = [0u8; 16];
+        let name = format!("task{tid}");
+        comm[..name.len()].copy_from_slice(name.as_bytes());
+        ContentionEvent {
+            lock_addr: addr,
+            wait_ns,
+            end_ns: 1,
+            tid,
+            tgid: tid / 10,
+            flags,
+            cpu: 0,
+            stack_id,
+            kind: EVENT_CONTENTION,
+            comm,
+        }
+    }
+
+    #[test]
+    fn aggregates_per_lock_caller_and_task() {
+        let mut a = Aggregator::new(Limits::default());
+        a.ingest(&ev(0x100, lcb::MUTEX | lcb::SPIN, 1000, 11, 1));
+        a.ingest(&ev(0x100, lcb::MUTEX, 3000, 12, 1));
+        a.ingest(&ev(0x100, lcb::MUTEX, 5000, 11, 2));
+        a.ingest(&ev(0x200, lcb::SPIN | lcb::WRITE, 700, 11, 3));
+        let s = a.snapshot();
+        assert_eq!(s.events, 4);
+        let m = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+        assert_eq!(m.wait.count(), 3);
+        assert_eq!(m.wait.total_ns(), 9000);
+        assert_eq!((m.wait.min_ns(), m.wait.max_ns()), (1000, 5000));
+        assert_eq!(m.callers[&1].count(), 2);
+        assert_eq!(m.callers[&2].total_ns(), 5000);
+        let rw = &s.locks[&LockKey { addr: 0x200, lock_type: LockType::Rwlock, mode: LockMode::Write }];
+        assert_eq!(rw.wait.count(), 1);
+        assert_eq!(s.tasks[&11].wait.count(), 3);
+        assert_eq!(s.tasks[&11].tgid, 1);
+        assert_eq!(&s.tasks[&12].comm[..6], b"task12");
+        assert_eq!(s.overflow, Overflow::default());
+    }
+
+    #[test]
+    fn same_address_read_and_write_are_separate_rows() {
+        let mut a = Aggregator::new(Limits::default());
+        a.ingest(&ev(0x100, lcb::SPIN | lcb::READ, 10, 1, 1));
+        a.ingest(&ev(0x100, lcb::SPIN | lcb::WRITE, 10, 1, 1));
+        assert_eq!(a.state().locks.len(), 2);
+    }
+
+    #[test]
+    fn key_limits_fold_into_overflow_rows_and_keep_totals() {
+        let limits = Limits { max_locks: 2, max_callers: 3, max_tasks: 2 };
+        let mut a = Aggregator::new(limits);
+        let mut total = 0;
+        for i in 0..10u64 {
+            let w = 100 + i;
+            total += w;
+            a.ingest(&ev(0x1000 + i, lcb::SPIN, w, i as u32 + 1, i as i32));
+        }
+        let s = a.snapshot();
+        assert_eq!(s.locks.len(), 3, "two real locks and the overflow row");
+        assert_eq!(s.overflow.locks, 8);
+        let sum: u64 = s.locks.values().map(|l| l.wait.total_ns()).sum();
+        assert_eq!(sum, total);
+        let callers: usize = s.locks.values().map(|l| l.callers.len()).sum();
+        assert!(callers <= 4, "3 callers plus one overflow stack, got {callers}");
+        assert!(s.overflow.callers >= 7);
+        let caller_sum: u64 = s.locks.values().flat_map(|l| l.callers.values()).map(|c| c.total_ns()).sum();
+        assert_eq!(caller_sum, total);
+        assert_eq!(s.tasks.len(), 3);
+        assert_eq!(s.overflow.tasks, 8);
+        assert_eq!(s.tasks[&OVERFLOW_TID].wait.count(), 8);
+    }
+
+    #[test]
+    fn reset_forgets_everything() {
+        let mut a = Aggregator::new(Limits::default());
+        a.ingest(&ev(0x100, lcb::SPIN, 10, 1, 1));
+        a.reset();
+        assert_eq!(a.events(), 0);
+        assert!(a.state().locks.is_empty());
+        assert!(a.state().tasks.is_empty());
+    }
+}

@@ -1,0 +1,103 @@
+//! Ring buffer reader: wakes on epoll readiness, drains every record into a
+//! batch, and sends batches down a bounded channel (backpressure reaches the
+//! kernel, whose ring-buffer-full counter then says what was lost).
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+use aya::maps::{MapData, RingBuf};
+use profiler_common::ContentionEvent;
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    sync::mpsc,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Events sent to the aggregator together.
+pub type Batch = Vec<ContentionEvent>;
+
+/// Decodes one ring buffer record; `None` if it has the wrong size.
+pub fn decode(bytes: &[u8]) -> Option<ContentionEvent> {
+    if bytes.len() != std::mem::size_of::<ContentionEvent>() {
+        return None;
+    }
+    // SAFETY: the length equals size_of::<ContentionEvent>(), the type is
+    // repr(C) plain old data valid for any bit pattern, and read_unaligned
+    // makes no alignment assumption.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ContentionEvent>()) })
+}
+
+/// Moves every available record into `batch`; counts malformed ones.
+pub fn drain(ring: &mut RingBuf<MapData>, batch: &mut Batch, malformed: &AtomicU64) {
+    while let Some(item) = ring.next() {
+        match decode(&item) {
+            Some(ev) => batch.push(ev),
+            None => {
+                malformed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Reads until `stop`, then drains once more and returns the ring buffer
+/// (the caller detaches the programs before cancelling, so nothing is missed).
+pub async fn run(
+    ring: RingBuf<MapData>,
+    tx: mpsc::Sender<Batch>,
+    stop: CancellationToken,
+    malformed: Arc<AtomicU64>,
+) -> std::io::Result<RingBuf<MapData>> {
+    // SAFETY: the ring buffer owns its map fd, which stays open and unchanged
+    // for as long as the AsyncFd owns the ring buffer.
+    let mut afd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            guard = afd.readable_mut() => {
+                let mut guard = guard?;
+                let mut batch = Vec::with_capacity(1024);
+                drain(guard.get_inner_mut(), &mut batch, &malformed);
+                guard.clear_ready();
+                // Records that landed between the drain and clear_ready have
+                // already signalled; pick them up now rather than at the next edge.
+                drain(guard.get_inner_mut(), &mut batch, &malformed);
+                if !batch.is_empty() && tx.send(batch).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let mut ring = afd.into_inner();
+    let mut batch = Vec::new();
+    drain(&mut ring, &mut batch, &malformed);
+    if !batch.is_empty() {
+        let _ = tx.send(batch).await;
+    }
+    Ok(ring)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_exact_size_records_only() {
+        let ev = ContentionEvent { lock_addr: 0xdead, wait_ns: 42, tid: 7, stack_id: -14, ..Default::default() };
+        // SAFETY: reading the bytes of a repr(C) POD value we own.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&ev as *const ContentionEvent).cast::<u8>(),
+                std::mem::size_of::<ContentionEvent>(),
+            )
+        };
+        assert_eq!(decode(bytes), Some(ev));
+        let mut unaligned = vec![0u8; bytes.len() + 1];
+        unaligned[1..].copy_from_slice(bytes);
+        assert_eq!(decode(&unaligned[1..]), Some(ev));
+        assert_eq!(decode(&bytes[..10]), None);
+        assert_eq!(decode(&[]), None);
+    }
+}

@@ -1,0 +1,329 @@
+//! A profiling session: load and attach, run the reader and aggregator
+//! tasks, publish snapshots, and on finish detach, drain, and resolve.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use profiler_common::{ContentionEvent, EVENT_CONTENTION, counter};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Aggregator, Limits, Snapshot,
+    reader::{self, Batch},
+    to_profile,
+};
+use crate::{
+    ebpf::{KernelCounters, KernelStacks, LoadError, LoadOptions, Probes, features::kernel_release},
+    model::{Meta, Profile},
+    symbols::{Kallsyms, Resolver},
+};
+
+/// Errors of a running session.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Loading or attaching failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The ring buffer could not be registered with the async reactor.
+    #[error("ring buffer reader: {0}")]
+    Reader(#[from] std::io::Error),
+    /// A pipeline task panicked or was cancelled.
+    #[error("pipeline task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Commands to the aggregator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Forget all statistics (the TUI's `r`).
+    Reset,
+}
+
+/// Session options.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// What to load and how.
+    pub load: LoadOptions,
+    /// Aggregator key caps.
+    pub limits: Limits,
+    /// Snapshot publish interval.
+    pub publish_interval: Duration,
+    /// Capacity of the reader -> aggregator channel, in batches.
+    pub channel_batches: usize,
+    /// Filters as typed by the user (recorded in the profile's meta).
+    pub filters: Vec<String>,
+    /// Forward the eBPF programs' own diagnostics (aya-log) to the log (`-v`).
+    pub ebpf_logs: bool,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            load: LoadOptions::default(),
+            limits: Limits::default(),
+            publish_interval: Duration::from_secs(1),
+            channel_batches: 256,
+            filters: Vec::new(),
+            ebpf_logs: false,
+        }
+    }
+}
+
+/// A running session.
+pub struct Session {
+    probes: Probes,
+    stacks: KernelStacks,
+    kallsyms: Kallsyms,
+    started: Instant,
+    started_unix_s: u64,
+    stop: CancellationToken,
+    reader: JoinHandle<std::io::Result<aya::maps::RingBuf<aya::maps::MapData>>>,
+    aggregator: JoinHandle<Aggregator>,
+    logger: Option<JoinHandle<()>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    control: mpsc::Sender<Control>,
+    malformed: Arc<AtomicU64>,
+    filters: Vec<String>,
+}
+
+/// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into a valid, owned timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+async fn aggregate(
+    mut rx: mpsc::Receiver<Batch>,
+    mut ctrl: mpsc::Receiver<Control>,
+    mut agg: Aggregator,
+    publish: watch::Sender<Arc<Snapshot>>,
+    interval: Duration,
+) -> Aggregator {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            batch = rx.recv() => match batch {
+                Some(batch) => {
+                    for ev in &batch {
+                        agg.ingest(ev);
+                    }
+                    // Drain whatever else is queued without waiting.
+                    while let Ok(batch) = rx.try_recv() {
+                        for ev in &batch {
+                            agg.ingest(ev);
+                        }
+                    }
+                }
+                None => break,
+            },
+            Some(c) = ctrl.recv() => match c {
+                Control::Reset => agg.reset(),
+            },
+            _ = tick.tick() => {
+                if publish.receiver_count() > 0 {
+                    publish.send_replace(Arc::new(agg.snapshot()));
+                }
+            }
+        }
+    }
+    agg
+}
+
+async fn flush_logs(logger: aya_log::EbpfLogger<&'static dyn log::Log>, stop: CancellationToken) {
+    // SAFETY: the logger owns its ring buffer fd for its whole lifetime.
+    let Ok(mut afd) =
+        (unsafe { tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE) })
+    else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            guard = afd.readable_mut() => match guard {
+                Ok(mut g) => {
+                    g.get_inner_mut().flush();
+                    g.clear_ready();
+                }
+                Err(_) => break,
+            },
+        }
+    }
+    afd.get_mut().flush();
+}
+
+impl Session {
+    /// Loads, attaches and starts the pipeline. Must run inside a tokio runtime.
+    pub fn start(opts: SessionOptions) -> Result<Session, SessionError> {
+        let mut probes = Probes::load(&opts.load)?;
+        let kallsyms = Kallsyms::load().unwrap_or_else(|e| {
+            log::warn!("{e}; stacks will show raw addresses");
+            Kallsyms::default()
+        });
+        let ring = probes.take_events()?;
+        let stacks = probes.take_stacks()?;
+        let stop = CancellationToken::new();
+
+        let logger = if opts.ebpf_logs {
+            match aya_log::EbpfLogger::init(probes.ebpf_mut()) {
+                Ok(l) => Some(tokio::spawn(flush_logs(l, stop.clone()))),
+                Err(e) => {
+                    log::debug!("eBPF logger unavailable: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+
+        let (tx, rx) = mpsc::channel(opts.channel_batches.max(1));
+        let (ctrl_tx, ctrl_rx) = mpsc::channel(16);
+        let (snap_tx, snap_rx) = watch::channel(Arc::new(Snapshot::default()));
+        let malformed = Arc::new(AtomicU64::new(0));
+        let reader = tokio::spawn(reader::run(ring, tx, stop.clone(), malformed.clone()));
+        let aggregator =
+            tokio::spawn(aggregate(rx, ctrl_rx, Aggregator::new(opts.limits), snap_tx, opts.publish_interval));
+        Ok(Session {
+            probes,
+            stacks,
+            kallsyms,
+            started: Instant::now(),
+            started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            stop,
+            reader,
+            aggregator,
+            logger,
+            snapshots: snap_rx,
+            control: ctrl_tx,
+            malformed,
+            filters: opts.filters,
+        })
+    }
+
+    /// Name of the attached backend.
+    pub fn backend(&self) -> &'static str {
+        self.probes.backend().name()
+    }
+
+    /// Snapshots published every interval.
+    pub fn snapshots(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.snapshots.clone()
+    }
+
+    /// Control channel to the aggregator.
+    pub fn control(&self) -> mpsc::Sender<Control> {
+        self.control.clone()
+    }
+
+    /// Current kernel counters.
+    pub fn counters(&self) -> KernelCounters {
+        self.probes.counters().unwrap_or_default()
+    }
+
+    /// Seconds since start.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Symbolizes a snapshot (for live views) with the session's stacks.
+    pub fn resolve(&mut self, snap: &Snapshot) -> Profile {
+        let meta = self.meta(&self.counters(), 0, 0);
+        let ks = self.kallsyms.clone();
+        let mut resolver = Resolver::new(ks, &mut self.stacks);
+        to_profile(snap, &mut resolver, meta)
+    }
+
+    fn meta(&self, counters: &KernelCounters, open_at_stop: u64, userspace_lost: u64) -> Meta {
+        let mut drops: std::collections::BTreeMap<String, u64> =
+            counters.named().filter(|(n, _)| *n != "events").map(|(n, v)| (n.to_string(), v)).collect();
+        drops.insert("open_at_stop".into(), open_at_stop);
+        drops.insert("malformed_records".into(), self.malformed.load(Ordering::Relaxed));
+        drops.insert("userspace_lost".into(), userspace_lost);
+        let misses: u64 = self.probes.recursion_misses().values().sum();
+        drops.insert("recursion_misses".into(), misses);
+        Meta {
+            backend: self.backend().to_string(),
+            kernel: kernel_release(),
+            hostname: read_trimmed("/proc/sys/kernel/hostname"),
+            duration_s: self.started.elapsed().as_secs_f64(),
+            started_unix_s: self.started_unix_s,
+            events: 0,
+            drops,
+            hold_unavailable: Some(format!(
+                "the {} backend sees waits only; hold times need the fentry or kprobe backend",
+                self.backend()
+            )),
+            filters: self.filters.clone(),
+        }
+    }
+
+    /// Stops: detaches the programs, drains the ring buffer, counts waits
+    /// still open (measured up to now, like perf), and resolves the profile.
+    pub async fn finish(mut self) -> Result<Profile, SessionError> {
+        let duration_s = self.started.elapsed().as_secs_f64();
+        self.probes.detach();
+        self.stop.cancel();
+        let _ring = (&mut self.reader).await??;
+        let mut agg = (&mut self.aggregator).await?;
+        if let Some(l) = self.logger.take() {
+            let _ = l.await;
+        }
+
+        let counters = self.probes.counters()?;
+        let now = monotonic_ns();
+        let pending = self.probes.pending().unwrap_or_default();
+        let open = pending.len() as u64;
+        let submitted = counters.get(counter::EVENTS);
+        let aggregated = agg.events();
+        let malformed = self.malformed.load(Ordering::Relaxed);
+        let userspace_lost = submitted.saturating_sub(aggregated + malformed);
+        for (key, p) in pending {
+            let tid = if key >> 63 == 1 { 0 } else { key as u32 };
+            let mut comm = [0u8; 16];
+            let name = read_trimmed(&format!("/proc/{tid}/comm"));
+            let n = name.len().min(15);
+            comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+            agg.ingest(&ContentionEvent {
+                lock_addr: p.lock_addr,
+                wait_ns: now.saturating_sub(p.begin_ns),
+                end_ns: now,
+                tid,
+                tgid: p.tgid,
+                flags: p.flags,
+                cpu: 0,
+                stack_id: p.stack_id,
+                kind: EVENT_CONTENTION,
+                comm,
+            });
+        }
+        let mut meta = self.meta(&counters, open, userspace_lost);
+        meta.duration_s = duration_s;
+        let ks = std::mem::take(&mut self.kallsyms);
+        let mut resolver = Resolver::new(ks, &mut self.stacks);
+        Ok(to_profile(agg.state(), &mut resolver, meta))
+    }
+}
+
+impl crate::symbols::StackSource for &mut KernelStacks {
+    fn frames(&mut self, id: u32) -> Option<Vec<u64>> {
+        (**self).frames(id)
+    }
+}

@@ -1,0 +1,211 @@
+//! Recording files: what `record --output` writes and `report --input` reads.
+//!
+//! A recording is a JSON document `{"format": "lockprof-recording",
+//! "version": 1, "profile": {...}}` holding the symbolized profile with full
+//! histograms, so reports can be re-sorted and re-grouped later.
+
+use std::{
+    fs::File,
+    io::{Read, Seek, Write},
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Profile;
+
+/// Value of the `format` field.
+pub const FORMAT: &str = "lockprof-recording";
+/// Current version.
+pub const VERSION: u32 = 1;
+
+/// Errors reading or writing recordings.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    /// The file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// File involved.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not a lockprof recording (not JSON, or another format).
+    #[error("{path}: not a lockprof recording ({detail})")]
+    Foreign {
+        /// File involved.
+        path: PathBuf,
+        /// What was found instead.
+        detail: String,
+    },
+    /// A recording from a newer lockprof.
+    #[error("{path}: recording version {found} is newer than this lockprof understands ({VERSION})")]
+    Version {
+        /// File involved.
+        path: PathBuf,
+        /// Version in the file.
+        found: u32,
+    },
+    /// The recording is damaged (truncated or edited).
+    #[error("{path}: damaged recording: {detail}")]
+    Corrupt {
+        /// File involved.
+        path: PathBuf,
+        /// Parser message.
+        detail: String,
+    },
+}
+
+#[derive(Serialize)]
+struct Out<'a> {
+    format: &'static str,
+    version: u32,
+    profile: &'a Profile,
+}
+
+#[derive(Deserialize)]
+struct Header {
+    format: Option<String>,
+    version: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct In {
+    profile: Profile,
+}
+
+/// An output file opened before profiling starts, so an unwritable path fails
+/// before anything is attached. Existing content is kept until [`save`](OutputFile::save).
+#[derive(Debug)]
+pub struct OutputFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl OutputFile {
+    /// Opens (creating if needed) `path` for writing without truncating it.
+    pub fn open(path: &Path) -> Result<OutputFile, RecordingError> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|source| RecordingError::Io { path: path.to_path_buf(), source })?;
+        Ok(OutputFile { path: path.to_path_buf(), file })
+    }
+
+    /// Replaces the file's content with the recording.
+    pub fn save(mut self, profile: &Profile) -> Result<PathBuf, RecordingError> {
+        let io = |source| RecordingError::Io { path: self.path.clone(), source };
+        let bytes = serde_json::to_vec(&Out { format: FORMAT, version: VERSION, profile })
+            .map_err(|e| RecordingError::Corrupt { path: self.path.clone(), detail: e.to_string() })?;
+        self.file.set_len(0).map_err(io)?;
+        self.file.rewind().map_err(io)?;
+        self.file.write_all(&bytes).map_err(io)?;
+        self.file.write_all(b"\n").map_err(io)?;
+        self.file.sync_all().map_err(io)?;
+        Ok(self.path)
+    }
+}
+
+/// Writes a recording to `path`.
+pub fn save(path: &Path, profile: &Profile) -> Result<PathBuf, RecordingError> {
+    OutputFile::open(path)?.save(profile)
+}
+
+/// Reads a recording.
+pub fn load(path: &Path) -> Result<Profile, RecordingError> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|source| RecordingError::Io { path: path.to_path_buf(), source })?;
+    parse(path, &bytes)
+}
+
+/// Parses recording bytes (`path` is only used in messages).
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<Profile, RecordingError> {
+    let foreign = |detail: String| RecordingError::Foreign { path: path.to_path_buf(), detail };
+    let header: Header = serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_eof() && !bytes.is_empty() {
+            RecordingError::Corrupt { path: path.to_path_buf(), detail: format!("truncated: {e}") }
+        } else if bytes.is_empty() {
+            foreign("the file is empty".into())
+        } else {
+            foreign(format!("not a JSON object: {e}"))
+        }
+    })?;
+    match header.format.as_deref() {
+        Some(FORMAT) => {}
+        Some(other) => return Err(foreign(format!("format is {other:?}"))),
+        None => return Err(foreign("no \"format\" field".into())),
+    }
+    let version = header.version.unwrap_or(0);
+    if version > VERSION {
+        return Err(RecordingError::Version { path: path.to_path_buf(), found: version });
+    }
+    let rec: In = serde_json::from_slice(bytes)
+        .map_err(|e| RecordingError::Corrupt { path: path.to_path_buf(), detail: e.to_string() })?;
+    Ok(rec.profile)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{ReportOptions, fixture, render_json, render_text};
+
+    fn tmp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("lockprof-rec-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn round_trip_renders_identically() {
+        let p = fixture::profile();
+        let path = tmp("rt");
+        save(&path, &p).expect("save");
+        let back = load(&path).expect("load");
+        let _ = std::fs::remove_file(&path);
+        let opts = ReportOptions::default();
+        assert_eq!(render_text(&back, &opts), render_text(&p, &opts));
+        assert_eq!(render_json(&back, &opts), render_json(&p, &opts));
+        assert_eq!(back.meta, p.meta);
+    }
+
+    #[test]
+    fn output_file_keeps_old_content_until_saved() {
+        let path = tmp("keep");
+        std::fs::write(&path, "old").expect("write");
+        let out = OutputFile::open(&path).expect("open");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "old");
+        out.save(&Profile::default()).expect("save");
+        let back = load(&path).expect("load");
+        let _ = std::fs::remove_file(&path);
+        assert!(back.locks.is_empty());
+    }
+
+    #[test]
+    fn unwritable_output_is_an_error() {
+        let err = OutputFile::open(Path::new("/nonexistent-dir/x.lockprof")).expect_err("must fail");
+        assert!(err.to_string().contains("/nonexistent-dir/x.lockprof"), "{err}");
+    }
+
+    #[test]
+    fn bad_inputs_get_clear_errors() {
+        let p = Path::new("in.json");
+        let cases: [(&[u8], &str); 6] = [
+            (b"", "empty"),
+            (b"\x7fELF\x02\x01", "not a lockprof recording"),
+            (br#"{"traceEvents": []}"#, "no \"format\" field"),
+            (br#"{"format": "perf.data"}"#, "format is \"perf.data\""),
+            (br#"{"format": "lockprof-recording", "version": 99, "profile": {}}"#, "newer"),
+            (br#"{"format": "lockprof-recording", "version": 1, "profile": {"meta": 3}}"#, "damaged"),
+        ];
+        for (bytes, want) in cases {
+            let err = parse(p, bytes).expect_err("must fail");
+            assert!(err.to_string().contains(want), "{want:?} not in {err}");
+        }
+        let full =
+            serde_json::to_vec(&Out { format: FORMAT, version: VERSION, profile: &fixture::profile() }).expect("ser");
+        let err = parse(p, &full[..full.len() / 2]).expect_err("truncated");
+        assert!(err.to_string().contains("damaged"), "{err}");
+    }
+}

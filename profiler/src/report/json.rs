@@ -1,0 +1,144 @@
+//! The JSON report (stable schema, documented in the README).
+
+use serde_json::{Value, json};
+
+use super::{ReportOptions, sorted_locks, sorted_tasks};
+use crate::model::{Profile, Stats, mode_name, type_name};
+
+/// Schema identifier carried in every JSON report.
+pub const SCHEMA: &str = "lockprof-report/1";
+
+fn hold_fields(h: Option<&Stats>) -> (Value, Value, Value, Value) {
+    match h {
+        Some(h) => (json!(h.total_ns()), json!(h.max_ns()), json!(h.avg_ns()), json!(h.quantile_ns(0.99))),
+        None => (Value::Null, Value::Null, Value::Null, Value::Null),
+    }
+}
+
+/// The report as a JSON value.
+pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
+    let locks: Vec<Value> = sorted_locks(p, opts)
+        .into_iter()
+        .map(|l| {
+            let (ht, hm, ha, hp) = hold_fields(l.hold.as_ref());
+            let callers: Vec<Value> = l
+                .callers
+                .iter()
+                .map(|c| {
+                    let (ht, hm, ha, hp) = hold_fields(c.hold.as_ref());
+                    json!({
+                        "caller": c.caller,
+                        "stack": c.stack,
+                        "contended": c.wait.count(),
+                        "wait_total_ns": c.wait.total_ns(),
+                        "wait_max_ns": c.wait.max_ns(),
+                        "wait_avg_ns": c.wait.avg_ns(),
+                        "wait_p99_ns": c.wait.quantile_ns(0.99),
+                        "hold_total_ns": ht, "hold_max_ns": hm, "hold_avg_ns": ha, "hold_p99_ns": hp,
+                    })
+                })
+                .collect();
+            json!({
+                "name": l.name,
+                "name_source": l.name_source,
+                "class": l.class,
+                "addr": format!("{:#x}", l.addr),
+                "type": type_name(l.lock_type),
+                "mode": mode_name(l.mode),
+                "contended": l.wait.count(),
+                "wait_total_ns": l.wait.total_ns(),
+                "wait_min_ns": l.wait.min_ns(),
+                "wait_max_ns": l.wait.max_ns(),
+                "wait_avg_ns": l.wait.avg_ns(),
+                "wait_p50_ns": l.wait.quantile_ns(0.5),
+                "wait_p90_ns": l.wait.quantile_ns(0.9),
+                "wait_p99_ns": l.wait.quantile_ns(0.99),
+                "hold_total_ns": ht, "hold_max_ns": hm, "hold_avg_ns": ha, "hold_p99_ns": hp,
+                "callers": callers,
+            })
+        })
+        .collect();
+    let tasks: Vec<Value> = sorted_tasks(p, opts)
+        .into_iter()
+        .map(|t| {
+            json!({
+                "tid": t.tid, "pid": t.tgid, "comm": t.comm,
+                "contended": t.wait.count(),
+                "wait_total_ns": t.wait.total_ns(),
+                "wait_max_ns": t.wait.max_ns(),
+                "wait_avg_ns": t.wait.avg_ns(),
+                "wait_p99_ns": t.wait.quantile_ns(0.99),
+            })
+        })
+        .collect();
+    let m = &p.meta;
+    json!({
+        "schema": SCHEMA,
+        "backend": m.backend,
+        "kernel": m.kernel,
+        "hostname": m.hostname,
+        "duration_s": m.duration_s,
+        "started_unix_s": m.started_unix_s,
+        "events": m.events,
+        "drops": m.drops,
+        "hold_unavailable": m.hold_unavailable,
+        "filters": m.filters,
+        "locks": locks,
+        "tasks": tasks,
+    })
+}
+
+/// Renders the JSON report, pretty-printed with a trailing newline.
+pub fn render_json(p: &Profile, opts: &ReportOptions) -> String {
+    let mut s = serde_json::to_string_pretty(&to_json(p, opts)).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixture;
+
+    #[test]
+    fn schema_fields_and_values() {
+        let v = to_json(&fixture::profile(), &ReportOptions::default());
+        assert_eq!(v["schema"], SCHEMA);
+        assert_eq!(v["backend"], "tp_btf");
+        assert_eq!(v["kernel"], "6.18.0-test");
+        assert_eq!(v["duration_s"], 5.0);
+        assert_eq!(v["drops"]["stack_failed"], 2);
+        let l = &v["locks"][0];
+        assert_eq!(l["name"], "tasklist_lock");
+        assert_eq!(l["name_source"], "inferred");
+        assert_eq!(l["addr"], "0xffffffff82a00000");
+        assert_eq!(l["type"], "rwlock");
+        assert_eq!(l["mode"], "write");
+        assert_eq!(l["contended"], 5);
+        assert_eq!(l["wait_total_ns"], 100_000);
+        assert_eq!(l["wait_min_ns"], 1_000);
+        assert_eq!(l["wait_max_ns"], 90_000);
+        assert_eq!(l["wait_avg_ns"], 20_000);
+        assert!(l["wait_p50_ns"].as_u64().is_some_and(|p| (2_900..=3_100).contains(&p)), "{}", l["wait_p50_ns"]);
+        assert_eq!(l["wait_p99_ns"], 90_000);
+        assert!(l["hold_total_ns"].is_null() && l["hold_max_ns"].is_null() && l["hold_avg_ns"].is_null());
+        let c = &l["callers"][0];
+        assert_eq!(c["caller"], "copy_process+0x6f1");
+        assert_eq!(c["stack"][1], "copy_process+0x6f1");
+        assert_eq!(c["contended"], 3);
+        assert_eq!(c["wait_total_ns"], 96_000);
+        assert_eq!(c["wait_max_ns"], 90_000);
+        let pipe = &v["locks"][1];
+        assert!(pipe["name"].is_null() && pipe["name_source"].is_null());
+        assert_eq!(pipe["class"], "mutex @ anon_pipe_write");
+        assert_eq!(pipe["mode"], "exclusive");
+        assert_eq!(v["tasks"][0]["comm"], "forker");
+    }
+
+    #[test]
+    fn empty_profile_is_valid_json_with_empty_locks() {
+        let s = render_json(&Profile::default(), &ReportOptions::default());
+        let v: Value = serde_json::from_str(&s).expect("valid json");
+        assert_eq!(v["locks"].as_array().map(Vec::len), Some(0));
+    }
+}

@@ -1,0 +1,252 @@
+//! Renderers: pure functions from a [`Profile`] to text, JSON or CSV.
+
+mod csv;
+mod json;
+mod text;
+mod units;
+
+use clap::ValueEnum;
+
+pub use csv::render_csv;
+pub use json::{render_json, to_json};
+pub use text::render_text;
+pub use units::{fmt_count, fmt_ns};
+
+use crate::model::{LockProfile, Profile, Stats};
+
+/// Output format of a report.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    /// Human-readable table, like `perf lock contention`.
+    #[default]
+    Text,
+    /// The stable JSON schema documented in the README.
+    Json,
+    /// Comma-separated values with a header row.
+    Csv,
+}
+
+/// Rows of a report.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub enum By {
+    /// One row per lock, top callers nested under it.
+    #[default]
+    Lock,
+    /// One row per (lock, caller stack).
+    Caller,
+    /// One row per waiting thread.
+    Task,
+}
+
+/// Sort key, descending.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
+#[value(rename_all = "snake_case")]
+pub enum SortKey {
+    /// Number of contentions.
+    Contended,
+    /// Total wait time.
+    #[default]
+    WaitTotal,
+    /// Longest wait.
+    WaitMax,
+    /// Mean wait.
+    WaitAvg,
+    /// 99th percentile wait.
+    WaitP99,
+}
+
+impl SortKey {
+    /// The sort value of a set of statistics.
+    pub fn value(self, s: &Stats) -> u64 {
+        match self {
+            SortKey::Contended => s.count(),
+            SortKey::WaitTotal => s.total_ns(),
+            SortKey::WaitMax => s.max_ns(),
+            SortKey::WaitAvg => s.avg_ns(),
+            SortKey::WaitP99 => s.quantile_ns(0.99),
+        }
+    }
+}
+
+/// How to render a profile.
+#[derive(Clone, Debug)]
+pub struct ReportOptions {
+    /// Output format.
+    pub format: Format,
+    /// Row grouping.
+    pub by: By,
+    /// Sort key.
+    pub sort: SortKey,
+    /// Keep only the first N rows.
+    pub top: Option<usize>,
+    /// Callers shown under each lock in the text report.
+    pub callers_per_lock: usize,
+    /// CSV field separator.
+    pub separator: char,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            format: Format::Text,
+            by: By::Lock,
+            sort: SortKey::WaitTotal,
+            top: None,
+            callers_per_lock: 5,
+            separator: ',',
+        }
+    }
+}
+
+/// Renders a profile in the chosen format.
+pub fn render(p: &Profile, opts: &ReportOptions) -> String {
+    match opts.format {
+        Format::Text => render_text(p, opts),
+        Format::Json => render_json(p, opts),
+        Format::Csv => render_csv(p, opts),
+    }
+}
+
+/// Locks sorted by the chosen key (stable tie-break on address), cut to `top`.
+pub(crate) fn sorted_locks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a LockProfile> {
+    let mut v: Vec<&LockProfile> = p.locks.iter().collect();
+    v.sort_by(|a, b| {
+        opts.sort.value(&b.wait).cmp(&opts.sort.value(&a.wait)).then(a.addr.cmp(&b.addr)).then(a.mode.cmp(&b.mode))
+    });
+    if let Some(n) = opts.top {
+        v.truncate(n);
+    }
+    v
+}
+
+/// (lock, caller index) rows for `--by caller`, sorted and cut.
+pub(crate) fn sorted_callers<'a>(
+    p: &'a Profile,
+    opts: &ReportOptions,
+) -> Vec<(&'a LockProfile, &'a crate::model::CallerProfile)> {
+    let mut v: Vec<_> = p.locks.iter().flat_map(|l| l.callers.iter().map(move |c| (l, c))).collect();
+    v.sort_by(|a, b| {
+        opts.sort
+            .value(&b.1.wait)
+            .cmp(&opts.sort.value(&a.1.wait))
+            .then(a.0.addr.cmp(&b.0.addr))
+            .then(a.1.caller.cmp(&b.1.caller))
+    });
+    if let Some(n) = opts.top {
+        v.truncate(n);
+    }
+    v
+}
+
+/// Tasks sorted and cut.
+pub(crate) fn sorted_tasks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a crate::model::TaskProfile> {
+    let mut v: Vec<_> = p.tasks.iter().collect();
+    v.sort_by(|a, b| opts.sort.value(&b.wait).cmp(&opts.sort.value(&a.wait)).then(a.tid.cmp(&b.tid)));
+    if let Some(n) = opts.top {
+        v.truncate(n);
+    }
+    v
+}
+
+#[cfg(test)]
+pub(crate) mod fixture {
+    //! A small deterministic profile for golden tests of every renderer.
+    use std::collections::BTreeMap;
+
+    use profiler_common::{LockMode, LockType};
+
+    use crate::model::{
+        CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource, Profile, Stats, TaskProfile,
+    };
+
+    fn stats(sigfig: u8, values: &[u64]) -> Stats {
+        let mut s = Stats::new(sigfig);
+        for v in values {
+            s.record(*v);
+        }
+        s
+    }
+
+    pub(crate) fn profile() -> Profile {
+        let tl_a = [2_000u64, 4_000, 90_000];
+        let tl_b = [1_000u64, 3_000];
+        let pipe = [500u64, 700, 900, 1_100];
+        let mut all_tl: Vec<u64> = tl_a.to_vec();
+        all_tl.extend(tl_b);
+        let mut drops = BTreeMap::new();
+        drops.insert("ringbuf_full".to_string(), 0);
+        drops.insert("stack_failed".to_string(), 2);
+        Profile {
+            meta: Meta {
+                backend: "tp_btf".into(),
+                kernel: "6.18.0-test".into(),
+                hostname: "testhost".into(),
+                duration_s: 5.0,
+                started_unix_s: 1_700_000_000,
+                events: 9,
+                drops,
+                hold_unavailable: Some("tracepoints see waits only".into()),
+                filters: vec![],
+            },
+            locks: vec![
+                LockProfile {
+                    addr: 0xffffffff82a00000,
+                    lock_type: LockType::Rwlock,
+                    mode: LockMode::Write,
+                    name: Some("tasklist_lock".into()),
+                    name_source: Some(NameSource::Inferred),
+                    class: "rwlock @ copy_process".into(),
+                    wait: stats(2, &all_tl),
+                    hold: None,
+                    callers: vec![
+                        CallerProfile {
+                            caller: "copy_process+0x6f1".into(),
+                            stack: vec![
+                                "queued_write_lock_slowpath+0x70".into(),
+                                "copy_process+0x6f1".into(),
+                                "kernel_clone+0x9d".into(),
+                            ],
+                            wait: stats(DETAIL_SIGFIG, &tl_a),
+                            hold: None,
+                        },
+                        CallerProfile {
+                            caller: "release_task+0x5a".into(),
+                            stack: vec!["queued_write_lock_slowpath+0x70".into(), "release_task+0x5a".into()],
+                            wait: stats(DETAIL_SIGFIG, &tl_b),
+                            hold: None,
+                        },
+                    ],
+                },
+                LockProfile {
+                    addr: 0xffff888004a1b2c0,
+                    lock_type: LockType::Mutex,
+                    mode: LockMode::Exclusive,
+                    name: None,
+                    name_source: None,
+                    class: "mutex @ anon_pipe_write".into(),
+                    wait: stats(LOCK_SIGFIG, &pipe),
+                    hold: None,
+                    callers: vec![CallerProfile {
+                        caller: "anon_pipe_write+0x1c4".into(),
+                        stack: vec![
+                            "__mutex_lock.constprop.0+0x15a".into(),
+                            "anon_pipe_write+0x1c4".into(),
+                            "vfs_write+0x2a1".into(),
+                        ],
+                        wait: stats(DETAIL_SIGFIG, &pipe),
+                        hold: None,
+                    }],
+                },
+            ],
+            tasks: vec![
+                TaskProfile { tid: 4242, tgid: 4240, comm: "forker".into(), wait: stats(DETAIL_SIGFIG, &all_tl) },
+                TaskProfile {
+                    tid: 5151,
+                    tgid: 5150,
+                    comm: "writer, \"quoted\"".into(),
+                    wait: stats(DETAIL_SIGFIG, &pipe),
+                },
+            ],
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Which stack frame is "the caller": the first one outside locking internals.
+
+use super::Kallsyms;
+
+/// Exact function names that are part of the locking or tracing machinery.
+const INTERNAL_NAMES: &[&str] = &[
+    "osq_lock",
+    "schedule",
+    "schedule_preempt_disabled",
+    "schedule_timeout",
+    "io_schedule",
+    "lock_acquire",
+    "trace_call_bpf",
+    "kvm_wait",
+];
+
+/// Prefixes of locking, scheduling and tracing internals.
+const INTERNAL_PREFIXES: &[&str] = &[
+    // BPF and tracing trampolines (tp_btf stacks start with these).
+    "bpf_prog_",
+    "bpf_trampoline",
+    "bpf_trace_run",
+    "__bpf_trace_",
+    "__bpf_prog_",
+    "__traceiter_",
+    "__trace_",
+    "perf_trace_",
+    "trace_contention_",
+    // Slowpaths and lock entry points.
+    "_raw_spin_",
+    "_raw_read_",
+    "_raw_write_",
+    "do_raw_",
+    "queued_spin_",
+    "queued_read_",
+    "queued_write_",
+    "__pv_queued_",
+    "native_queued_",
+    "pv_queued_",
+    "mutex_lock",
+    "__mutex_lock",
+    "mutex_trylock",
+    "ww_mutex_lock",
+    "__ww_mutex_lock",
+    "down_read",
+    "down_write",
+    "__down_read",
+    "__down_write",
+    "rwsem_",
+    "__rwsem_",
+    "percpu_down_",
+    "__percpu_down_",
+    "percpu_rwsem_",
+    "rt_mutex_",
+    "__rt_mutex_",
+    "rt_spin_",
+    "rtlock_",
+    "rwbase_",
+    "rt_read_",
+    "rt_write_",
+    "__lock_acquire",
+    "preempt_schedule",
+    "__schedule",
+];
+
+/// Strips compiler suffixes such as `.isra.0`, `.constprop.0`, `.cold`.
+pub(crate) fn base_name(name: &str) -> &str {
+    name.split('.').next().unwrap_or(name)
+}
+
+/// Whether a function (by name) belongs to the locking/tracing internals.
+pub fn is_lock_internal(name: &str) -> bool {
+    let name = base_name(name);
+    INTERNAL_NAMES.contains(&name) || INTERNAL_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Whether a frame is tracing machinery that precedes the real stack (tp_btf).
+pub(crate) fn is_trace_frame(name: &str) -> bool {
+    let name = base_name(name);
+    ["bpf_prog_", "bpf_trampoline", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "perf_trace_", "trace_call_bpf"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// Index of the caller in `frames` (innermost first): the first frame that is
+/// neither in `__lock_text`/`__sched_text` nor a known internal. `None` when
+/// every frame is internal or unknown.
+pub fn select_caller(frames: &[u64], ks: &Kallsyms) -> Option<usize> {
+    frames.iter().position(|&ip| {
+        if ks.in_lock_or_sched_text(ip) {
+            return false;
+        }
+        match ks.lookup(ip) {
+            Some((sym, _)) => !is_lock_internal(&sym.name),
+            None => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KS: &str = "\
+ffffffff81100000 T bpf_trace_run2
+ffffffff81101000 T __bpf_trace_contention_begin
+ffffffff81200000 T __mutex_lock.constprop.0
+ffffffff81300000 T mutex_lock
+ffffffff816e4c40 t anon_pipe_write
+ffffffff816e5000 T vfs_write
+ffffffff8135d6d0 T copy_process
+ffffffff8226e870 T __lock_text_start
+ffffffff8226fb60 T queued_write_lock_slowpath
+ffffffff8226fc00 T _raw_write_lock_irq
+ffffffff822702f1 T __lock_text_end
+ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
+";
+
+    fn ks() -> Kallsyms {
+        Kallsyms::parse(KS.as_bytes()).expect("parse")
+    }
+
+    #[test]
+    fn tp_btf_pipe_stack_selects_anon_pipe_write() {
+        // bpf_prog -> bpf_trace_run2 -> __mutex_lock -> mutex_lock -> anon_pipe_write -> vfs_write
+        let frames = [
+            0xffffffffa0000010,
+            0xffffffff81100020,
+            0xffffffff81200100,
+            0xffffffff81300010,
+            0xffffffff816e4c80,
+            0xffffffff816e5010,
+        ];
+        let i = select_caller(&frames, &ks()).expect("caller");
+        assert_eq!(ks().format(frames[i]), "anon_pipe_write+0x40");
+    }
+
+    #[test]
+    fn lock_text_frames_are_skipped_by_address() {
+        // queued_write_lock_slowpath (lock text) -> _raw_write_lock_irq (lock text) -> copy_process
+        let frames = [0xffffffff8226fb70, 0xffffffff8226fc10, 0xffffffff8135d700];
+        assert_eq!(select_caller(&frames, &ks()), Some(2));
+    }
+
+    #[test]
+    fn all_internal_or_unknown_gives_none() {
+        assert_eq!(select_caller(&[0xffffffff8226fb70, 0x10], &ks()), None);
+        assert_eq!(select_caller(&[], &ks()), None);
+    }
+
+    #[test]
+    fn suffixes_are_ignored_when_matching() {
+        assert!(is_lock_internal("__mutex_lock.constprop.0"));
+        assert!(is_lock_internal("rwsem_down_write_slowpath"));
+        assert!(!is_lock_internal("anon_pipe_write"));
+        assert!(!is_lock_internal("do_unlinkat"));
+        assert!(is_trace_frame("bpf_prog_abc_contention_begin_btf"));
+        assert!(!is_trace_frame("__mutex_lock"));
+    }
+}

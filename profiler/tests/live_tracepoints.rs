@@ -1,0 +1,399 @@
+//! Root-only tests against the live kernel's lock tracepoints.
+//!
+//! Each test generates real contention, records it through the whole stack
+//! (eBPF -> ring buffer -> aggregator -> symbols) and checks what lockprof
+//! reports. They skip, saying why, when not root or when the kernel lacks the
+//! lock tracepoints; with `CI=true` a missing feature is a failure instead.
+
+use std::{
+    process::{Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::Duration,
+};
+
+use lockprof::{
+    ebpf::{BackendChoice, LoadOptions, check_privileges},
+    model::{LockProfile, NameSource, Profile},
+    pipeline::{Session, SessionOptions},
+    workload::{self, Workload},
+};
+use profiler_common::{Config, LockMode, LockType};
+
+/// Tests share the machine's two CPUs; run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// `true` if the test can run; prints why not otherwise (fails in CI).
+fn kernel_ready(test: &str) -> bool {
+    let reason = if !check_privileges().can_trace() {
+        Some("needs root (CAP_BPF and CAP_PERFMON)".to_string())
+    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
+        && !std::path::Path::new("/sys/kernel/tracing/events/lock/contention_begin").exists()
+        && !std::path::Path::new("/sys/kernel/debug/tracing/events/lock/contention_begin").exists()
+    {
+        Some("kernel has neither BTF nor the lock:contention_* tracepoints".to_string())
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(r) if in_ci() => panic!("{test}: CI=true but {r}"),
+        Some(r) => {
+            eprintln!("skipping test {test} - {r}");
+            false
+        }
+    }
+}
+
+/// Records while `w` runs with `threads` threads for `secs` seconds.
+fn record_during(opts: SessionOptions, w: Workload, threads: usize, secs: f64) -> Profile {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    rt.block_on(record_during_async(opts, w, threads, secs))
+}
+
+async fn record_during_async(opts: SessionOptions, w: Workload, threads: usize, secs: f64) -> Profile {
+    let session = Session::start(opts).expect("load and attach");
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = thread::spawn(move || workload::run(w, threads, Duration::from_secs_f64(secs), stop));
+    while !worker.is_finished() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let outcome = worker.join().expect("workload thread").expect("workload");
+    assert!(outcome.ops > 0, "the {w:?} workload made no progress");
+    session.finish().await.expect("finish")
+}
+
+fn fn_of(frame: &str) -> &str {
+    frame.split('+').next().unwrap_or(frame)
+}
+
+fn callers_of(l: &LockProfile) -> Vec<&str> {
+    l.callers.iter().map(|c| fn_of(&c.caller)).collect()
+}
+
+fn assert_counters_sane(p: &Profile) {
+    for k in ["ringbuf_full", "pending_map_full", "userspace_lost", "malformed_records"] {
+        assert_eq!(p.meta.drops.get(k).copied(), Some(0), "{k} should be 0: {:?}", p.meta.drops);
+    }
+    assert!(p.meta.events > 0);
+    // Every event lands in exactly one lock row (waits still open at stop included).
+    assert_eq!(p.meta.events, p.locks.iter().map(|l| l.wait.count()).sum::<u64>());
+    assert!(p.meta.drops["open_at_stop"] <= p.meta.events);
+}
+
+#[test]
+fn pipe_writers_show_the_pipe_mutex_and_its_writers() {
+    if !kernel_ready("pipe_writers_show_the_pipe_mutex_and_its_writers") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = record_during(SessionOptions::default(), Workload::Pipe, 4, 3.0);
+    assert!(!p.meta.backend.is_empty());
+    assert_counters_sane(&p);
+    let pipe = p
+        .locks
+        .iter()
+        .filter(|l| l.lock_type == LockType::Mutex)
+        .find(|l| callers_of(l).iter().any(|c| *c == "anon_pipe_write" || *c == "pipe_write"))
+        .unwrap_or_else(|| panic!("no pipe mutex among {:?}", p.locks.iter().map(|l| &l.class).collect::<Vec<_>>()));
+    assert_eq!(pipe.mode, LockMode::Exclusive);
+    assert!(pipe.class.starts_with("mutex @ "), "{}", pipe.class);
+    assert!(pipe.wait.count() > 10, "only {} contentions", pipe.wait.count());
+    assert!(pipe.wait.total_ns() > 0 && pipe.wait.max_ns() >= pipe.wait.min_ns());
+    assert!(pipe.wait.max_ns() < 3_000_000_000, "a wait longer than the run: {}", pipe.wait.max_ns());
+    let writer = pipe.callers.iter().find(|c| fn_of(&c.caller).contains("pipe_write")).expect("writer caller");
+    assert!(writer.stack.iter().any(|f| f.starts_with("vfs_write") || f.contains("sys_write")), "{:?}", writer.stack);
+    assert!(!writer.stack.iter().any(|f| f.starts_with("bpf_")), "trampolines must be stripped: {:?}", writer.stack);
+    let caller_total: u64 = pipe.callers.iter().map(|c| c.wait.total_ns()).sum();
+    assert_eq!(caller_total, pipe.wait.total_ns());
+}
+
+#[test]
+fn fork_exit_storm_shows_tasklist_lock_by_name() {
+    if !kernel_ready("fork_exit_storm_shows_tasklist_lock_by_name") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = record_during(SessionOptions::default(), Workload::Fork, 4, 4.0);
+    assert_counters_sane(&p);
+    let tl: Vec<&LockProfile> = p.locks.iter().filter(|l| l.name.as_deref() == Some("tasklist_lock")).collect();
+    assert!(
+        !tl.is_empty(),
+        "tasklist_lock not named; rwlocks: {:?}",
+        p.locks
+            .iter()
+            .filter(|l| l.lock_type == LockType::Rwlock)
+            .map(|l| (&l.class, l.wait.count()))
+            .collect::<Vec<_>>()
+    );
+    for l in &tl {
+        assert_eq!(l.lock_type, LockType::Rwlock);
+        assert!(matches!(l.name_source, Some(NameSource::Kallsyms | NameSource::Inferred)));
+        assert!(l.wait.total_ns() > 0);
+    }
+    let writer = tl.iter().find(|l| l.mode == LockMode::Write).expect("write side of tasklist_lock contended");
+    let known = ["copy_process", "do_exit", "exit_notify", "release_task", "__do_wait", "do_wait"];
+    let callers = callers_of(writer);
+    assert!(callers.iter().any(|c| known.contains(c)), "tasklist_lock callers {callers:?}");
+    let addrs: std::collections::BTreeSet<u64> = tl.iter().map(|l| l.addr).collect();
+    assert_eq!(addrs.len(), 1, "one tasklist_lock, read and write rows: {addrs:x?}");
+}
+
+#[test]
+fn unlink_storm_shows_the_directory_rwsem() {
+    if !kernel_ready("unlink_storm_shows_the_directory_rwsem") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = record_during(SessionOptions::default(), Workload::Unlink, 4, 3.0);
+    assert_counters_sane(&p);
+    let rwsem = p
+        .locks
+        .iter()
+        .filter(|l| l.lock_type == LockType::Rwsem && l.mode == LockMode::Write)
+        .find(|l| l.name.as_deref() == Some("i_rwsem"))
+        .unwrap_or_else(|| {
+            panic!("no i_rwsem among {:?}", p.locks.iter().map(|l| (&l.class, l.lock_type, l.mode)).collect::<Vec<_>>())
+        });
+    let callers = callers_of(rwsem);
+    assert!(
+        callers.iter().any(|c| ["do_unlinkat", "open_last_lookups", "filename_create", "path_openat"].contains(c)),
+        "{callers:?}"
+    );
+    assert!(rwsem.wait.count() > 5);
+}
+
+#[test]
+fn classic_tracepoint_backend_records_too() {
+    if !kernel_ready("classic_tracepoint_backend_records_too") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let opts = SessionOptions {
+        load: LoadOptions { backend: BackendChoice::Tracepoint, ..Default::default() },
+        ..Default::default()
+    };
+    let p = record_during(opts, Workload::Pipe, 4, 2.0);
+    assert_eq!(p.meta.backend, "tracepoint");
+    assert_counters_sane(&p);
+    let pipe = p
+        .locks
+        .iter()
+        .find(|l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")));
+    assert!(pipe.is_some(), "classic tracepoints: no pipe mutex");
+    // Classic tracepoint stacks start at the slowpath: no trampoline frames to strip.
+    assert!(
+        p.locks.iter().flat_map(|l| &l.callers).all(|c| c.stack.first().is_none_or(|f| !f.starts_with("bpf_prog_")))
+    );
+}
+
+#[test]
+fn type_filter_keeps_only_that_type() {
+    if !kernel_ready("type_filter_keeps_only_that_type") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let opts = SessionOptions {
+        load: LoadOptions { config: Config { type_mask: LockType::Mutex.bit(), filter_tgid: 0 }, ..Default::default() },
+        ..Default::default()
+    };
+    let p = record_during(opts, Workload::Pipe, 4, 2.0);
+    assert!(!p.locks.is_empty());
+    assert!(
+        p.locks.iter().all(|l| l.lock_type == LockType::Mutex),
+        "{:?}",
+        p.locks.iter().map(|l| l.lock_type).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn pid_filter_keeps_only_that_process() {
+    if !kernel_ready("pid_filter_keeps_only_that_process") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockprof"))
+        .args(["stress", "pipe", "--threads", "3", "--duration", "3"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn stress");
+    let pid = child.id();
+    let opts = SessionOptions {
+        load: LoadOptions {
+            config: Config { type_mask: u32::MAX, filter_tgid: 1 },
+            tgids: vec![pid],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    // Our own process contends too, and must not show up.
+    let p = record_during(opts, Workload::Pipe, 2, 2.0);
+    let _ = child.wait();
+    assert!(!p.tasks.is_empty(), "the filtered process contended but nothing was recorded");
+    assert!(
+        p.tasks.iter().all(|t| t.tgid == pid),
+        "tasks outside pid {pid}: {:?}",
+        p.tasks.iter().map(|t| (t.tgid, &t.comm)).collect::<Vec<_>>()
+    );
+}
+
+fn lockprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lockprof"))
+}
+
+#[test]
+fn binary_records_json_and_reports_the_recording() {
+    if !kernel_ready("binary_records_json_and_reports_the_recording") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("lockprof-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmpdir");
+    let rec = dir.join("pipe.lockprof");
+    let mut stress = lockprof()
+        .args(["stress", "pipe", "--threads", "4", "--duration", "4"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("stress");
+    let out = lockprof()
+        .args(["record", "--duration", "2", "--format", "json", "--output"])
+        .arg(&rec)
+        .output()
+        .expect("run record");
+    let _ = stress.wait();
+    assert!(out.status.success(), "record failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    for k in ["backend", "kernel", "duration_s", "drops", "locks"] {
+        assert!(v.get(k).is_some(), "missing top-level {k}");
+    }
+    let locks = v["locks"].as_array().expect("locks array");
+    assert!(!locks.is_empty());
+    for l in locks {
+        for k in [
+            "name",
+            "name_source",
+            "addr",
+            "type",
+            "mode",
+            "contended",
+            "wait_total_ns",
+            "wait_min_ns",
+            "wait_max_ns",
+            "wait_avg_ns",
+            "wait_p50_ns",
+            "wait_p99_ns",
+            "hold_total_ns",
+            "hold_max_ns",
+            "hold_avg_ns",
+            "callers",
+        ] {
+            assert!(l.get(k).is_some(), "lock missing {k}: {l}");
+        }
+        assert!(l["addr"].as_str().is_some_and(|a| a.starts_with("0x")));
+        assert!(l["hold_total_ns"].is_null(), "tracepoints cannot see holds");
+        for c in l["callers"].as_array().expect("callers") {
+            for k in ["caller", "stack", "contended", "wait_total_ns", "wait_max_ns"] {
+                assert!(c.get(k).is_some(), "caller missing {k}");
+            }
+        }
+    }
+    assert!(locks.iter().any(|l| {
+        l["type"] == "mutex"
+            && l["callers"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["caller"].as_str().is_some_and(|s| s.contains("pipe_write"))))
+    }));
+
+    let csv =
+        lockprof().args(["report", "--format", "csv", "--by", "caller", "--input"]).arg(&rec).output().expect("report");
+    assert!(csv.status.success(), "{}", String::from_utf8_lossy(&csv.stderr));
+    let text = String::from_utf8_lossy(&csv.stdout);
+    assert!(text.starts_with("lock,addr,type,mode,caller,stack,contended"), "{text}");
+    assert!(text.lines().count() > 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn lockprof_programs_loaded() -> Vec<String> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|p| p.name_as_str().map(str::to_string))
+        .filter(|n| n.starts_with("contention_"))
+        .collect()
+}
+
+#[test]
+fn sigterm_prints_the_report_and_detaches() {
+    if !kernel_ready("sigterm_prints_the_report_and_detaches") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = lockprof_programs_loaded();
+    let child = lockprof()
+        .args(["record", "--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = workload::run(Workload::Pipe, 2, Duration::from_millis(2500), stop.clone());
+    let during = lockprof_programs_loaded();
+    assert!(during.len() >= before.len() + 2, "record should have attached two programs: {during:?}");
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report printed on SIGTERM");
+    assert!(v["locks"].as_array().is_some_and(|l| !l.is_empty()));
+    stop.store(true, Ordering::Relaxed);
+    thread::sleep(Duration::from_millis(200));
+    let after = lockprof_programs_loaded();
+    assert_eq!(after.len(), before.len(), "programs left attached after exit: {after:?}");
+}
+
+#[test]
+fn unprivileged_user_gets_one_clear_line_and_exit_2() {
+    if !kernel_ready("unprivileged_user_gets_one_clear_line_and_exit_2") {
+        return;
+    }
+    use std::os::unix::process::CommandExt as _;
+    let out = lockprof().args(["record", "--duration", "1"]).uid(65534).gid(65534).output().expect("run as nobody");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("CAP_BPF") && err.contains("sudo"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_input_fails_before_attaching() {
+    let dir = std::env::temp_dir().join(format!("lockprof-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmpdir");
+    let foreign = dir.join("foreign.json");
+    std::fs::write(&foreign, r#"{"traceEvents": []}"#).expect("write");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["record".into(), "--output".into(), "/nonexistent-dir/x".into(), "--duration".into(), "1".into()],
+            "cannot write the recording",
+        ),
+        (vec!["record".into(), "--type".into(), "semaphore".into()], "unknown lock type"),
+        (vec!["record".into(), "--pid".into(), "999999999".into()], "no such process"),
+        (vec!["record".into(), "--duration=-1".into()], "positive"),
+        (vec!["report".into(), "--input".into(), foreign.display().to_string()], "not a lockprof recording"),
+        (vec!["report".into(), "--input".into(), dir.join("missing").display().to_string()], "No such file"),
+    ];
+    for (args, want) in cases {
+        let out = lockprof().args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {want:?} not in {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,136 @@
+//! Orchestration: `cargo xtask <setup|build|run|install|test>`.
+//!
+//! Everything a fresh machine needs is installed here, idempotently: the
+//! nightly toolchain with rust-src, bpf-linker built against rustc's own LLVM
+//! (../shared/docs/toolchain.md), and a tracefs mount.
+
+mod setup;
+mod util;
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+use util::{cargo, is_root, run, workspace_root};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "lockprof build, run and test orchestration")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what building needs (nightly + rust-src, bpf-linker), mount tracefs.
+    Setup,
+    /// Set up, then build the release binary.
+    Build,
+    /// Set up, build, and run lockprof on the live kernel (default: `record --duration 10`).
+    Run {
+        /// Arguments for lockprof.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then `cargo install` lockprof into ~/.cargo/bin.
+    Install,
+    /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests.
+    Test {
+        /// Skip fmt and clippy.
+        #[arg(long)]
+        no_lint: bool,
+    },
+}
+
+fn release_binary() -> PathBuf {
+    workspace_root().join("target/release/lockprof")
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Setup => setup::all(),
+        Cmd::Build => {
+            setup::all()?;
+            run(cargo().args(["build", "--release", "--package", "profiler"]))
+        }
+        Cmd::Run { args } => {
+            setup::all()?;
+            run(cargo().args(["build", "--release", "--package", "profiler"]))?;
+            let args = if args.is_empty() { vec!["record".into(), "--duration".into(), "10".into()] } else { args };
+            let mut cmd = if is_root() {
+                std::process::Command::new(release_binary())
+            } else {
+                eprintln!("xtask: lockprof needs root; running it through sudo");
+                let mut c = std::process::Command::new("sudo");
+                c.arg(release_binary());
+                c
+            };
+            run(cmd.args(&args))
+        }
+        Cmd::Install => {
+            setup::all()?;
+            run(cargo().args(["install", "--locked", "--path"]).arg(workspace_root().join("profiler")))?;
+            eprintln!(
+                "xtask: installed `lockprof`; run it with `sudo lockprof doctor` or `sudo lockprof record --duration 10`"
+            );
+            Ok(())
+        }
+        Cmd::Test { no_lint } => test(no_lint),
+    }
+}
+
+fn test(no_lint: bool) -> Result<()> {
+    setup::all()?;
+    if !no_lint {
+        run(cargo().args(["fmt", "--all", "--check"])).context("cargo fmt --check: run `cargo fmt --all`")?;
+        run(cargo().args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "profiler-ebpf",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        // The eBPF crate only builds for the BPF target.
+        run(std::process::Command::new("rustup")
+            .current_dir(util::workspace_root())
+            .env("PATH", util::path_env())
+            .args([
+                "run",
+                "nightly",
+                "cargo",
+                "clippy",
+                "--package",
+                "profiler-ebpf",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+    }
+    if is_root() {
+        return run(cargo().args(["test", "--workspace"]));
+    }
+    // Unit tests as this user; the kernel tests need root.
+    run(cargo().args(["test", "--workspace", "--lib", "--bins"]))?;
+    let sudo = std::process::Command::new("sudo").args(["-n", "true"]).status().is_ok_and(|s| s.success());
+    if sudo {
+        eprintln!("xtask: running the kernel tests through sudo");
+        run(std::process::Command::new("sudo")
+            .args(["-E", "env", &format!("PATH={}", std::env::var("PATH").unwrap_or_default())])
+            .arg(util::cargo_path())
+            .args(["test", "--workspace", "--tests"]))
+    } else if util::in_ci() {
+        bail!("CI=true but not root and no passwordless sudo: the kernel tests must run in CI")
+    } else {
+        eprintln!("xtask: not root and no passwordless sudo: the kernel tests will skip, each saying why");
+        run(cargo().args(["test", "--workspace", "--tests"]))
+    }
+}
