@@ -33,6 +33,46 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Generate lock contention (pipe, fork, unlink, prio) for demos, tests and benchmarks.
     Stress(StressArgs),
+    /// Measurement helpers for `cargo xtask bench`.
+    #[command(hide = true)]
+    Bench(BenchArgs),
+}
+
+/// `lockprof bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
+}
+
+/// Bench helpers.
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// Decode + aggregate synthetic events in userspace (no root): events/s and RSS.
+    Pipeline {
+        /// Events to push through.
+        #[arg(long, default_value_t = 5_000_000)]
+        events: usize,
+        /// Distinct stacks among them.
+        #[arg(long, default_value_t = 1000)]
+        stacks: usize,
+        /// Distinct locks among them.
+        #[arg(long, default_value_t = 1)]
+        locks: usize,
+    },
+    /// Time load + attach of the wait backend.
+    Attach {
+        /// Repetitions.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
+    /// Attach counting-only programs on the lock tracepoints (the overhead floor).
+    Floor {
+        /// Seconds (default: until SIGINT/SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+    },
 }
 
 /// How a report looks (shared by record and report).

@@ -22,6 +22,10 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let level = match cli.verbose {
@@ -35,12 +39,8 @@ fn main() -> ExitCode {
         Command::Report(a) => commands::report(a),
         Command::Doctor(a) => commands::doctor(a),
         Command::Stress(a) => commands::stress(a),
-        Command::Record(a) => {
-            match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-                Ok(rt) => rt.block_on(commands::record(a, cli.verbose)),
-                Err(e) => Err(e.into()),
-            }
-        }
+        Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a, cli.verbose))),
+        Command::Bench(a) => runtime().and_then(|rt| rt.block_on(commands::bench(a))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 //! nightly toolchain with rust-src, bpf-linker built against rustc's own LLVM
 //! (../shared/docs/toolchain.md), and a tracefs mount.
 
+mod bench;
 mod setup;
 mod util;
 
@@ -35,6 +36,21 @@ enum Cmd {
     },
     /// Set up, then `cargo install` lockprof into ~/.cargo/bin.
     Install,
+    /// Overhead benchmarks on the seed workloads (root); rewrites BENCHMARKS.md.
+    Bench {
+        /// Rounds per workload (each runs every mode once).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 3.0)]
+        duration: f64,
+        /// Workload threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Workloads, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "pipe,fork,unlink,prio")]
+        workloads: Vec<String>,
+    },
     /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests.
     Test {
         /// Skip fmt and clippy.
@@ -78,6 +94,14 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Test { no_lint } => test(no_lint),
+        Cmd::Bench { rounds, duration, threads, workloads } => {
+            if !is_root() {
+                bail!("cargo xtask bench attaches BPF programs: run it as root");
+            }
+            setup::all()?;
+            run(cargo().args(["build", "--release", "--package", "profiler"]))?;
+            bench::run(&bench::Opts { rounds: rounds.max(1), duration, threads, workloads })
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 //! The subcommands, each a function from parsed arguments to an outcome.
 
+mod bench;
 mod doctor;
 mod record;
 mod report;
 mod stress;
 
+pub use bench::bench;
 pub use doctor::doctor;
 pub use record::record;
 pub use report::report;
@@ -37,4 +39,20 @@ pub(crate) fn print_stdout(s: &str) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
     }
+}
+
+/// Waits for `duration` (forever if `None`) or SIGINT/SIGTERM, whichever is first.
+pub(crate) async fn shutdown_or_sleep(duration: Option<std::time::Duration>) -> std::io::Result<()> {
+    let stop = crate::shutdown::on_signal()?;
+    let sleep = async {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = sleep => {}
+        _ = stop.cancelled() => {}
+    }
+    Ok(())
 }

@@ -12,7 +12,6 @@ use crate::{
     pipeline::{Limits, Session, SessionOptions},
     recording::OutputFile,
     report::render,
-    shutdown,
 };
 
 /// Type mask from `--type` words.
@@ -79,7 +78,6 @@ pub async fn record(args: &RecordArgs, verbose: u8) -> anyhow::Result<()> {
         Some(p) => Some(OutputFile::open(p).map_err(|e| UsageError(format!("cannot write the recording: {e}")))?),
         None => None,
     };
-    let stop = shutdown::on_signal()?;
     let session = Session::start(opts)?;
     match args.duration {
         Some(d) => {
@@ -87,16 +85,7 @@ pub async fn record(args: &RecordArgs, verbose: u8) -> anyhow::Result<()> {
         }
         None => eprintln!("lockprof: recording with the {} backend; Ctrl-C to stop", session.backend()),
     }
-    let sleep = async {
-        match args.duration {
-            Some(d) => tokio::time::sleep(Duration::from_secs_f64(d)).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = sleep => {}
-        _ = stop.cancelled() => {}
-    }
+    super::shutdown_or_sleep(args.duration.map(Duration::from_secs_f64)).await?;
     let profile = session.finish().await?;
     if let Some(out) = output {
         let path = out.save(&profile)?;

@@ -115,6 +115,45 @@ pub struct Probes {
     attempts: Vec<(String, String)>,
 }
 
+/// The overhead floor for benchmarks: programs on the same tracepoints that
+/// only count.
+pub struct FloorProbes {
+    ebpf: Ebpf,
+}
+
+impl FloorProbes {
+    /// Loads and attaches the counting-only tp_btf programs.
+    pub fn attach() -> Result<FloorProbes, LoadError> {
+        if let Some(msg) = check_privileges().missing() {
+            return Err(LoadError::Privileges(msg));
+        }
+        bump_memlock();
+        let mut ebpf = EbpfLoader::new().load(super::object_bytes()).map_err(|e| LoadError::Object(Box::new(e)))?;
+        let btf = Btf::from_sys_fs().map_err(|e| LoadError::NoBackend(vec![("floor".into(), e.to_string())]))?;
+        for (prog, tp) in [("floor_end_btf", "contention_end"), ("floor_begin_btf", "contention_begin")] {
+            let fail = |e: String| LoadError::NoBackend(vec![("floor".into(), e)]);
+            let p: &mut BtfTracePoint = ebpf
+                .program_mut(prog)
+                .ok_or_else(|| fail(format!("{prog} missing")))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| fail(e.to_string()))?;
+            p.load(tp, &btf).map_err(|e| fail(super::error_chain(&e)))?;
+            p.attach().map_err(|e| fail(super::error_chain(&e)))?;
+        }
+        Ok(FloorProbes { ebpf })
+    }
+
+    /// Tracepoint hits counted so far (begin + end).
+    pub fn count(&self) -> u64 {
+        self.ebpf
+            .map("FLOOR")
+            .and_then(|m| aya::maps::PerCpuArray::<_, u64>::try_from(m).ok())
+            .and_then(|a| a.get(&0, 0).ok())
+            .map(|v| v.iter().sum())
+            .unwrap_or(0)
+    }
+}
+
 /// Kernel stack map as a [`StackSource`].
 pub struct KernelStacks(StackTraceMap<MapData>);
 
@@ -189,6 +228,7 @@ impl Probes {
 
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &opts.config, true)
+            .override_global("WAKEUP_BYTES", &u64::from(opts.ringbuf_bytes / 4), true)
             .override_global("TP_BEGIN_LOCK_OFF", &begin_lock, true)
             .override_global("TP_BEGIN_FLAGS_OFF", &begin_flags, true)
             .override_global("TP_END_LOCK_OFF", &end_lock, true)

@@ -8,7 +8,7 @@ mod tracefs;
 
 pub use caps::{Privileges, check_privileges};
 pub use counters::{KernelCounters, recursion_misses};
-pub use load::{BackendChoice, KernelStacks, LoadError, LoadOptions, Probes, WaitBackend};
+pub use load::{BackendChoice, FloorProbes, KernelStacks, LoadError, LoadOptions, Probes, WaitBackend};
 pub use tracefs::{TraceFs, TracefsError};
 
 /// The eBPF object built by build.rs, embedded at compile time.

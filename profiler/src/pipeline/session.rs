@@ -59,6 +59,9 @@ pub struct SessionOptions {
     pub publish_interval: Duration,
     /// Capacity of the reader -> aggregator channel, in batches.
     pub channel_batches: usize,
+    /// How often the reader drains the ring buffer when the kernel has not
+    /// forced a wakeup.
+    pub poll_interval: Duration,
     /// Filters as typed by the user (recorded in the profile's meta).
     pub filters: Vec<String>,
     /// Forward the eBPF programs' own diagnostics (aya-log) to the log (`-v`).
@@ -72,6 +75,7 @@ impl Default for SessionOptions {
             limits: Limits::default(),
             publish_interval: Duration::from_secs(1),
             channel_batches: 256,
+            poll_interval: Duration::from_millis(50),
             filters: Vec::new(),
             ebpf_logs: false,
         }
@@ -198,7 +202,7 @@ impl Session {
         let (ctrl_tx, ctrl_rx) = mpsc::channel(16);
         let (snap_tx, snap_rx) = watch::channel(Arc::new(Snapshot::default()));
         let malformed = Arc::new(AtomicU64::new(0));
-        let reader = tokio::spawn(reader::run(ring, tx, stop.clone(), malformed.clone()));
+        let reader = tokio::spawn(reader::run(ring, tx, stop.clone(), malformed.clone(), opts.poll_interval));
         let aggregator =
             tokio::spawn(aggregate(rx, ctrl_rx, Aggregator::new(opts.limits), snap_tx, opts.publish_interval));
         Ok(Session {

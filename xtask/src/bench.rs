@@ -1,0 +1,304 @@
+//! `cargo xtask bench`: overhead of lockprof on the seed workloads, measured
+//! side by side in one run (untraced / counting-only floor / lockprof, in
+//! rotating order, several rounds), plus userspace throughput, memory and
+//! attach time. Prints a table and rewrites BENCHMARKS.md.
+
+use std::{
+    fmt::Write as _,
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use crate::util::{output, workspace_root};
+
+/// Options of a bench run.
+pub struct Opts {
+    pub rounds: usize,
+    pub duration: f64,
+    pub threads: usize,
+    pub workloads: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Untraced,
+    Floor,
+    Lockprof,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Untraced => "untraced",
+            Mode::Floor => "floor",
+            Mode::Lockprof => "lockprof",
+        }
+    }
+}
+
+const MODES: [Mode; 3] = [Mode::Untraced, Mode::Floor, Mode::Lockprof];
+
+struct Sample {
+    ops_per_s: f64,
+    /// lockprof runs: (events recorded, seconds recorded, drops object).
+    recording: Option<(u64, f64, Value)>,
+}
+
+fn lockprof() -> Command {
+    Command::new(workspace_root().join("target/release/lockprof"))
+}
+
+/// Starts a tracer and waits until it says it is attached.
+fn start_tracer(mut cmd: Command, ready: &str) -> Result<Child> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("starting tracer")?;
+    let stderr = child.stderr.take().context("tracer stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains(ready) => break,
+            Some(Ok(_)) => {}
+            _ => {
+                let _ = child.kill();
+                bail!("tracer exited before attaching");
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("tracer did not attach in 30 s");
+        }
+    }
+    // Keep draining stderr so the tracer never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Ok(child)
+}
+
+fn stop_tracer(child: Child) -> Result<Value> {
+    // SAFETY: kill(2) on our own child process, not yet reaped.
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    if rc != 0 {
+        bail!("SIGTERM to tracer failed");
+    }
+    let out = child.wait_with_output().context("waiting for tracer")?;
+    if !out.status.success() {
+        bail!("tracer failed: {}", out.status);
+    }
+    serde_json::from_slice(&out.stdout).context("tracer output is not JSON")
+}
+
+fn stress(workload: &str, threads: usize, duration: f64) -> Result<f64> {
+    let out = output(lockprof().args([
+        "stress",
+        workload,
+        "--threads",
+        &threads.to_string(),
+        "--duration",
+        &duration.to_string(),
+    ]))
+    .context("stress failed")?;
+    // "Pipe: N ops in S s (R ops/s, T threads)"
+    let rate = out.split('(').nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse::<f64>().ok());
+    rate.with_context(|| format!("cannot parse stress output {out:?}"))
+}
+
+fn run_one(mode: Mode, workload: &str, o: &Opts) -> Result<Sample> {
+    match mode {
+        Mode::Untraced => Ok(Sample { ops_per_s: stress(workload, o.threads, o.duration)?, recording: None }),
+        Mode::Floor => {
+            let mut c = lockprof();
+            c.args(["bench", "floor"]);
+            let t = start_tracer(c, "floor attached")?;
+            let r = stress(workload, o.threads, o.duration);
+            stop_tracer(t)?;
+            Ok(Sample { ops_per_s: r?, recording: None })
+        }
+        Mode::Lockprof => {
+            let mut c = lockprof();
+            c.args(["record", "--format", "json", "--top", "1"]);
+            let t = start_tracer(c, "lockprof: recording")?;
+            let r = stress(workload, o.threads, o.duration);
+            let v = stop_tracer(t)?;
+            let events = v["events"].as_u64().unwrap_or(0);
+            let secs = v["duration_s"].as_f64().unwrap_or(0.0);
+            Ok(Sample { ops_per_s: r?, recording: Some((events, secs, v["drops"].clone())) })
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return 0.0;
+    }
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+struct WorkloadResult {
+    name: String,
+    median: [f64; 3],
+    spread_pct: [f64; 3],
+    max_event_rate: f64,
+    lost: u64,
+    drops: Value,
+}
+
+fn lost_of(drops: &Value) -> u64 {
+    ["ringbuf_full", "userspace_lost", "pending_map_full", "malformed_records"]
+        .iter()
+        .map(|k| drops[*k].as_u64().unwrap_or(0))
+        .sum()
+}
+
+fn bench_workload(name: &str, o: &Opts) -> Result<WorkloadResult> {
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..o.rounds {
+        for k in 0..3 {
+            let mode = MODES[(round + k) % 3];
+            let s = run_one(mode, name, o).with_context(|| format!("{name}/{}", mode.name()))?;
+            eprintln!("bench: {name:<7} round {round} {:<9} {:>12.0} ops/s", mode.name(), s.ops_per_s);
+            samples[MODES.iter().position(|m| *m == mode).unwrap_or(0)].push(s);
+        }
+    }
+    let mut median_v = [0.0; 3];
+    let mut spread = [0.0; 3];
+    for i in 0..3 {
+        let mut v: Vec<f64> = samples[i].iter().map(|s| s.ops_per_s).collect();
+        let (lo, hi) = v.iter().fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        median_v[i] = median(&mut v);
+        spread[i] = if median_v[i] > 0.0 { (hi - lo) / median_v[i] * 100.0 } else { 0.0 };
+    }
+    let recs: Vec<&(u64, f64, Value)> = samples[2].iter().filter_map(|s| s.recording.as_ref()).collect();
+    let max_event_rate = recs.iter().map(|(e, s, _)| *e as f64 / s.max(1e-9)).fold(0.0, f64::max);
+    let lost = recs.iter().map(|(_, _, d)| lost_of(d)).sum();
+    let drops = recs.last().map(|(_, _, d)| d.clone()).unwrap_or(Value::Null);
+    Ok(WorkloadResult { name: name.to_string(), median: median_v, spread_pct: spread, max_event_rate, lost, drops })
+}
+
+fn bench_json(args: &[&str]) -> Result<Value> {
+    let out = output(lockprof().arg("bench").args(args)).with_context(|| format!("lockprof bench {args:?}"))?;
+    serde_json::from_str(out.trim()).context("bench output is not JSON")
+}
+
+fn machine_facts() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string()))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| format!("{:.1} GiB", kb as f64 / 1048576.0))
+        .unwrap_or_else(|| "?".into());
+    let commit = output(Command::new("git").current_dir(workspace_root()).args(["rev-parse", "--short", "HEAD"]))
+        .unwrap_or_default();
+    format!("kernel {}, {cpus} CPUs ({cpu}), {mem} RAM, lockprof {}", kernel.trim(), commit.trim())
+}
+
+/// Runs everything and writes BENCHMARKS.md.
+pub fn run(o: &Opts) -> Result<()> {
+    let facts = machine_facts();
+    eprintln!("bench: {facts}");
+    let mut results = Vec::new();
+    for w in &o.workloads {
+        results.push(bench_workload(w, o)?);
+    }
+    let pipe_small = bench_json(&["pipeline", "--events", "5000000", "--stacks", "1000"])?;
+    let rss10k = bench_json(&["pipeline", "--events", "1000000", "--stacks", "10000"])?;
+    let rss100k = bench_json(&["pipeline", "--events", "2000000", "--stacks", "100000"])?;
+    let attach = bench_json(&["attach", "--rounds", "5"])?;
+
+    let targets = |name: &str| match name {
+        "pipe" => (0.90, true),
+        "fork" | "unlink" => (0.95, false),
+        _ => (0.0, false),
+    };
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks\n");
+    let _ = writeln!(md, "Regenerated by `cargo xtask bench` (as root). Machine: {facts}.\n");
+    let _ = writeln!(
+        md,
+        "Each workload ran {} rounds of {} s with {} threads per mode; modes alternate in rotating order within each round. \
+Throughput is operations/s of `lockprof stress <workload>` (pipe: 512-byte writes; fork: fork+exit+wait; unlink: create+unlink; \
+prio: getpriority calls). *floor* is a BPF program on the same two tracepoints that only counts; *lockprof* is `lockprof record` \
+(tp_btf, default options). Ratios are of medians; spread is (max - min) / median.\n",
+        o.rounds, o.duration, o.threads
+    );
+    let _ = writeln!(
+        md,
+        "| workload | untraced ops/s | floor | lockprof | lockprof / floor | spread (u/f/l) | events/s seen | lost | target | met |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    let mut all_met = true;
+    for r in &results {
+        let [u, f, l] = r.median;
+        let (target, vs_floor) = targets(&r.name);
+        let met = l / u >= target && (!vs_floor || l / f >= 0.90) && r.lost == 0;
+        all_met &= met;
+        let tgt = match (target > 0.0, vs_floor) {
+            (false, _) => "zero loss".to_string(),
+            (true, true) => format!(">= {target:.2}x, within 10% of floor, zero loss"),
+            (true, false) => format!(">= {target:.2}x, zero loss"),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.3}x | {:.3}x | {:.3} | {:.0}% / {:.0}% / {:.0}% | {:.0} | {} | {} | {} |",
+            r.name,
+            u,
+            f / u,
+            l / u,
+            l / f,
+            r.spread_pct[0],
+            r.spread_pct[1],
+            r.spread_pct[2],
+            r.max_event_rate,
+            r.lost,
+            tgt,
+            if met { "yes" } else { "**no**" }
+        );
+    }
+    let eps = pipe_small["events_per_s"].as_f64().unwrap_or(0.0);
+    let att = attach["load_attach_ms_median"].as_f64().unwrap_or(f64::MAX);
+    all_met &= eps >= 5e6 && att <= 300.0;
+    let _ = writeln!(md, "\n| userspace and startup | value | target | met |\n|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| decode + aggregate, one core | {:.2} M events/s | >= 5 M/s | {} |",
+        eps / 1e6,
+        if eps >= 5e6 { "yes" } else { "**no**" }
+    );
+    for (label, v) in [("10k", &rss10k), ("100k", &rss100k)] {
+        let _ = writeln!(
+            md,
+            "| RSS growth at {label} distinct stacks | {:.1} MiB ({} callers) | measured | - |",
+            v["rss_growth_kib"].as_f64().unwrap_or(0.0) / 1024.0,
+            v["distinct_callers"]
+        );
+    }
+    let _ = writeln!(
+        md,
+        "| load + attach (median of 5) | {att:.1} ms | <= 300 ms | {} |",
+        if att <= 300.0 { "yes" } else { "**no**" }
+    );
+    let _ = writeln!(md, "\nLast lockprof run's counters per workload:\n");
+    for r in &results {
+        let _ = writeln!(md, "- {}: `{}`", r.name, r.drops);
+    }
+    let _ = writeln!(md, "\nAll targets met: {}.", if all_met { "yes" } else { "no (see rows marked **no**)" });
+    print!("{md}");
+    std::fs::write(workspace_root().join("BENCHMARKS.md"), &md).context("writing BENCHMARKS.md")?;
+    eprintln!("bench: wrote BENCHMARKS.md");
+    Ok(())
+}
