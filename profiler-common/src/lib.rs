@@ -137,8 +137,9 @@ pub struct ContentionEvent {
     pub comm: [u8; 16],
 }
 
-/// Per-task state between `contention_begin` and `contention_end`
-/// (value of the `PENDING` hash map, keyed by [`task_key`]).
+/// State between `contention_begin` and `contention_end`: the value of the
+/// per-task `PENDING` map (keyed by [`task_key`]) and of the per-CPU
+/// `SPIN_PENDING` slot. `lock_addr == 0` marks a free or idle slot.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PendingWait {
@@ -152,8 +153,8 @@ pub struct PendingWait {
     pub stack_id: i32,
     /// Waiting process id.
     pub tgid: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// Waiting thread id.
+    pub tid: u32,
 }
 
 /// Key of the per-task pending-wait map: the thread id, or for the idle
@@ -230,7 +231,7 @@ mod pod {
     // SAFETY: repr(C), only integer fields and a byte array, no padding
     // (8+8+8+4*6+16 = 64 bytes, 8-aligned); every bit pattern is valid.
     unsafe impl aya::Pod for super::ContentionEvent {}
-    // SAFETY: repr(C), integer fields only, explicit padding field; any bits valid.
+    // SAFETY: repr(C), integer fields only (8+8+4*4 = 32 bytes, no padding); any bits valid.
     unsafe impl aya::Pod for super::PendingWait {}
     // SAFETY: repr(C), two u32 fields; any bits valid.
     unsafe impl aya::Pod for super::Config {}

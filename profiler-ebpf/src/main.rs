@@ -16,13 +16,13 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, fentry, kprobe, map, tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
     Config, ContentionEvent, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, EVENT_CONTENTION,
-    LockType, PendingWait, counter, task_key,
+    LockType, PendingWait, counter, lcb, task_key,
 };
 
 /// Filters, written by userspace before load.
@@ -48,9 +48,14 @@ static TP_END_LOCK_OFF: Global<u32> = Global::new(8);
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 
-/// Waits in progress, keyed by `task_key`.
+/// Waits that may sleep, keyed by `task_key`. Entries stay resident (idle
+/// when `lock_addr == 0`) and are reused; LRU evicts those of exited tasks.
 #[map]
-static PENDING: HashMap<u64, PendingWait> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+static PENDING: LruHashMap<u64, PendingWait> = LruHashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+
+/// Pure spinning waits, per CPU (free when `lock_addr == 0`).
+#[map]
+static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(1, 0);
 
 /// Kernel stacks captured at `contention_begin`.
 #[map]
@@ -125,37 +130,36 @@ fn wanted(cfg: &Config, tgid: u32) -> bool {
     unsafe { TGID_FILTER.get(tgid).is_some() }
 }
 
+/// Pure spinning waits (spinlock, rwlock) cannot sleep or migrate while
+/// they spin, so they are tracked per CPU; everything that may sleep (mutex,
+/// including its optimistic spin, rwsem, rt) per task.
 #[inline(always)]
-fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
-    let cfg = CONFIG.load();
-    if cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
-        return Ok(0);
-    }
-    let (tid, tgid) = current_ids();
-    if !wanted(&cfg, tgid) {
-        return Ok(0);
-    }
-    // SAFETY: helper without preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let key = task_key(tid, cpu);
+fn is_spinning(flags: u32) -> bool {
+    flags & lcb::SPIN != 0 && flags & lcb::MUTEX == 0
+}
 
-    if let Some(pending) = PENDING.get_ptr_mut(key) {
-        // SAFETY: the pointer is a live hash-map value for this task; only
-        // this task (or, for tid 0, this CPU) writes it.
-        let pending = unsafe { &mut *pending };
-        if pending.lock_addr == lock_addr {
-            // Mutex: optimistic spin, then sleep. Keep the first timestamp.
-            pending.flags |= flags;
-            count(counter::REPEATED_BEGIN);
-        } else {
-            // Contention on another lock inside this wait: irq nesting or
-            // qrwlock's internal wait_lock. Measure the outer wait only.
-            count(counter::NESTED);
-        }
-        return Ok(0);
+/// Starts (or merges into) a wait in `slot`; returns true if the caller
+/// should capture a stack and fill the slot.
+#[inline(always)]
+fn merge_begin(slot: &mut PendingWait, lock_addr: u64, flags: u32) -> bool {
+    if slot.lock_addr == 0 {
+        return true;
     }
+    if slot.lock_addr == lock_addr {
+        // Mutex: optimistic spin, then sleep. Keep the first timestamp.
+        slot.flags |= flags;
+        count(counter::REPEATED_BEGIN);
+    } else {
+        // Contention on another lock inside this wait: irq nesting or
+        // qrwlock's internal wait_lock. Measure the outer wait only.
+        count(counter::NESTED);
+    }
+    false
+}
 
-    let stack_id = match ctx.get_stackid(&STACKS, 0) {
+#[inline(always)]
+fn capture_stack<C: StackIdContext>(ctx: &C) -> i32 {
+    match ctx.get_stackid(&STACKS, 0) {
         Ok(id) => id as i32,
         Err(e) => {
             if count(counter::STACK_FAILED) {
@@ -163,17 +167,54 @@ fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u3
             }
             e
         }
-    };
-    let pending = PendingWait {
+    }
+}
+
+#[inline(always)]
+fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
+    let cfg = CONFIG.load();
+    if lock_addr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
+        return Ok(0);
+    }
+    let (tid, tgid) = current_ids();
+    if !wanted(&cfg, tgid) {
+        return Ok(0);
+    }
+    let fill = |ctx: &C| PendingWait {
         // SAFETY: helper without preconditions.
         begin_ns: unsafe { bpf_ktime_get_ns() },
         lock_addr,
         flags,
-        stack_id,
+        stack_id: capture_stack(ctx),
         tgid,
-        _pad: 0,
+        tid,
     };
-    if let Err(e) = PENDING.insert(key, pending, BPF_NOEXIST as u64) {
+
+    if is_spinning(flags) {
+        let slot = SPIN_PENDING.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: this CPU's slot; preemption is disabled in tracepoint programs.
+        let slot = unsafe { &mut *slot };
+        if merge_begin(slot, lock_addr, flags) {
+            *slot = fill(ctx);
+        }
+        return Ok(0);
+    }
+
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let key = task_key(tid, cpu);
+    if let Some(entry) = PENDING.get_ptr_mut(key) {
+        // SAFETY: a live LRU-map value owned by this task (or, for tid 0, this
+        // CPU); entries stay resident and are reused, so no insert or delete
+        // (with their bucket locks) happens on the hot path.
+        let entry = unsafe { &mut *entry };
+        if merge_begin(entry, lock_addr, flags) {
+            *entry = fill(ctx);
+        }
+        return Ok(0);
+    }
+    // First contention of this task: one insert for its lifetime.
+    if let Err(e) = PENDING.insert(key, fill(ctx), BPF_NOEXIST as u64) {
         if count(counter::PENDING_FULL) {
             warn!(ctx, "lockprof: pending-wait map insert failed: {}", e);
         }
@@ -182,31 +223,56 @@ fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u3
     Ok(0)
 }
 
+/// Takes the wait on `lock_addr` out of the per-CPU or per-task slot.
+#[inline(always)]
+fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
+    if let Some(slot) = SPIN_PENDING.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; preemption is disabled.
+        let slot = unsafe { &mut *slot };
+        if slot.lock_addr == lock_addr {
+            let p = *slot;
+            slot.lock_addr = 0;
+            return Some(p);
+        }
+    }
+    let entry = match PENDING.get_ptr_mut(key) {
+        // SAFETY: live map value owned by this task.
+        Some(e) => unsafe { &mut *e },
+        None => {
+            unmatched_end();
+            return None;
+        }
+    };
+    if entry.lock_addr == lock_addr {
+        let p = *entry;
+        entry.lock_addr = 0;
+        return Some(p);
+    }
+    if entry.lock_addr == 0 {
+        unmatched_end();
+    }
+    // Otherwise: the end of a nested wait that begin skipped.
+    None
+}
+
+#[inline(always)]
+fn unmatched_end() {
+    // With filters on, ends of filtered waits are expected here.
+    if CONFIG.load() == Config::default() {
+        count(counter::END_WITHOUT_BEGIN);
+    }
+}
+
 #[inline(always)]
 fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     let (tid, tgid) = current_ids();
     // SAFETY: helper without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    let key = task_key(tid, cpu);
-    let pending = match PENDING.get_ptr(key) {
-        // SAFETY: live map value, copied out before the delete below.
-        Some(p) => unsafe { *p },
-        None => {
-            // With filters on, ends of filtered waits are expected here.
-            if CONFIG.load() == Config::default() {
-                count(counter::END_WITHOUT_BEGIN);
-            }
-            return Ok(0);
-        }
-    };
-    if pending.lock_addr != lock_addr {
-        // End of a nested wait that begin skipped.
+    let Some(pending) = take_pending(lock_addr, task_key(tid, cpu)) else {
         return Ok(0);
-    }
+    };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let _ = PENDING.remove(key);
-
     match EVENTS.reserve::<ContentionEvent>(0) {
         Some(mut entry) => {
             let ev = ContentionEvent {

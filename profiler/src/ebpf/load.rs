@@ -315,12 +315,18 @@ impl Probes {
         KernelCounters::read(map).map_err(|e| LoadError::Map { name: "COUNTERS", detail: e.to_string() })
     }
 
-    /// Waits still open (begin seen, end not yet), keyed by task key.
-    pub fn pending(&self) -> Result<Vec<(u64, PendingWait)>, LoadError> {
-        let map = self.ebpf.map("PENDING").ok_or(LoadError::Map { name: "PENDING", detail: "missing".into() })?;
-        let pending: HashMap<_, u64, PendingWait> =
-            HashMap::try_from(map).map_err(|e| LoadError::Map { name: "PENDING", detail: e.to_string() })?;
-        Ok(pending.iter().filter_map(Result::ok).collect())
+    /// Waits still open (begin seen, end not yet), per task and per CPU.
+    pub fn pending(&self) -> Result<Vec<PendingWait>, LoadError> {
+        let err = |name: &'static str, e: &dyn std::fmt::Display| LoadError::Map { name, detail: e.to_string() };
+        let map = self.ebpf.map("PENDING").ok_or_else(|| err("PENDING", &"missing"))?;
+        let tasks: HashMap<_, u64, PendingWait> = HashMap::try_from(map).map_err(|e| err("PENDING", &e))?;
+        let mut open: Vec<PendingWait> = tasks.iter().filter_map(Result::ok).map(|(_, p)| p).collect();
+        let map = self.ebpf.map("SPIN_PENDING").ok_or_else(|| err("SPIN_PENDING", &"missing"))?;
+        let cpus: aya::maps::PerCpuArray<_, PendingWait> =
+            aya::maps::PerCpuArray::try_from(map).map_err(|e| err("SPIN_PENDING", &e))?;
+        open.extend(cpus.get(&0, 0).map_err(|e| err("SPIN_PENDING", &e))?.iter().copied());
+        open.retain(|p| p.lock_addr != 0);
+        Ok(open)
     }
 
     /// Program run skips by the kernel's recursion protection, per program.

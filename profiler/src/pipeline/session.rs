@@ -299,8 +299,8 @@ impl Session {
         let aggregated = agg.events();
         let malformed = self.malformed.load(Ordering::Relaxed);
         let userspace_lost = submitted.saturating_sub(aggregated + malformed);
-        for (key, p) in pending {
-            let tid = if key >> 63 == 1 { 0 } else { key as u32 };
+        for p in pending {
+            let tid = p.tid;
             let mut comm = [0u8; 16];
             let name = read_trimmed(&format!("/proc/{tid}/comm"));
             let n = name.len().min(15);
