@@ -16,7 +16,7 @@ fn main() -> anyhow::Result<()> {
         aya_build::Toolchain::default(),
     )
     .context(
-        "building the eBPF programs failed; run `cargo xtask setup` to install \
-         the nightly rust-src component and bpf-linker",
+        "building the eBPF programs failed (if nightly rust-src or bpf-linker is missing, run `cargo xtask setup` to install \
+         them)",
     )
 }

@@ -157,6 +157,36 @@ pub struct PendingWait {
     pub tid: u32,
 }
 
+/// Value of the per-task `PENDING` map: the wait in progress, plus the last
+/// captured stack, reused when the stack budget is spent and the same thread
+/// waits again on the same lock with the same flags.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskWait {
+    /// The wait in progress (`lock_addr == 0`: none).
+    pub wait: PendingWait,
+    /// Lock of the last captured stack.
+    pub last_lock: u64,
+    /// Flags of the last captured stack.
+    pub last_flags: u32,
+    /// The last captured stack id.
+    pub last_stack_id: i32,
+}
+
+/// `stack_id` of a wait whose stack was not captured because the per-CPU
+/// stack budget was spent and no reusable stack was known.
+pub const STACK_SKIPPED: i32 = -1_000_000;
+
+/// Per-CPU stack budget state.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackBudget {
+    /// Start of the current 100 ms window.
+    pub window_ns: u64,
+    /// Stacks captured in it.
+    pub used: u64,
+}
+
 /// Key of the per-task pending-wait map: the thread id, or for the idle
 /// tasks (which all have tid 0) a per-CPU key with the top bit set.
 pub const fn task_key(tid: u32, cpu: u32) -> u64 {
@@ -172,11 +202,22 @@ pub struct Config {
     pub type_mask: u32,
     /// Non-zero: only record processes present in the `TGID_FILTER` map.
     pub filter_tgid: u32,
+    /// Stack walks allowed per CPU per 100 ms window (0: unlimited).
+    pub stacks_per_window: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
+}
+
+impl Config {
+    /// Whether a type or process filter is on (then unmatched ends are expected).
+    pub const fn filtering(&self) -> bool {
+        self.type_mask != u32::MAX || self.filter_tgid != 0
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { type_mask: u32::MAX, filter_tgid: 0 }
+        Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, _pad: 0 }
     }
 }
 
@@ -201,8 +242,13 @@ pub mod counter {
     /// this CPU (e.g. a map's own lock contended): skipped, so that no
     /// pending wait is ever left behind by a half-seen nested contention.
     pub const REENTERED: u32 = 7;
+    /// Stack budget spent: the stack of the same thread's previous wait on the
+    /// same lock with the same flags was reused.
+    pub const STACK_REUSED: u32 = 8;
+    /// Stack budget spent and nothing to reuse: the wait has no stack.
+    pub const STACK_SKIPPED: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 10;
 
     /// Stable names, indexed by counter.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -214,6 +260,8 @@ pub mod counter {
         "nested_skipped",
         "repeated_begin",
         "reentered",
+        "stack_reused",
+        "stack_skipped",
     ];
 }
 
@@ -233,8 +281,12 @@ mod pod {
     unsafe impl aya::Pod for super::ContentionEvent {}
     // SAFETY: repr(C), integer fields only (8+8+4*4 = 32 bytes, no padding); any bits valid.
     unsafe impl aya::Pod for super::PendingWait {}
-    // SAFETY: repr(C), two u32 fields; any bits valid.
+    // SAFETY: repr(C), four u32 fields; any bits valid.
     unsafe impl aya::Pod for super::Config {}
+    // SAFETY: repr(C), PendingWait + u64 + u32 + i32 (48 bytes, no padding); any bits valid.
+    unsafe impl aya::Pod for super::TaskWait {}
+    // SAFETY: repr(C), two u64; any bits valid.
+    unsafe impl aya::Pod for super::StackBudget {}
 }
 
 #[cfg(test)]
@@ -274,5 +326,7 @@ mod tests {
     fn event_layout_has_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<ContentionEvent>(), 64);
         assert_eq!(core::mem::size_of::<PendingWait>(), 32);
+        assert_eq!(core::mem::size_of::<TaskWait>(), 48);
+        assert_eq!(core::mem::size_of::<Config>(), 16);
     }
 }

@@ -22,12 +22,12 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     Config, ContentionEvent, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, EVENT_CONTENTION,
-    LockType, PendingWait, counter, lcb, task_key,
+    LockType, PendingWait, STACK_SKIPPED, StackBudget, TaskWait, counter, lcb, task_key,
 };
 
 /// Filters, written by userspace before load.
 #[unsafe(no_mangle)]
-static CONFIG: Global<Config> = Global::new(Config { type_mask: u32::MAX, filter_tgid: 0 });
+static CONFIG: Global<Config> = Global::new(Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, _pad: 0 });
 
 /// Offsets of the classic tracepoint fields, read by userspace from
 /// /sys/kernel/tracing/events/lock/*/format (defaults: 6.x layout).
@@ -51,7 +51,11 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 /// Waits that may sleep, keyed by `task_key`. Entries stay resident (idle
 /// when `lock_addr == 0`) and are reused; LRU evicts those of exited tasks.
 #[map]
-static PENDING: LruHashMap<u64, PendingWait> = LruHashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+static PENDING: LruHashMap<u64, TaskWait> = LruHashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+
+/// Per-CPU stack walk budget.
+#[map]
+static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1, 0);
 
 /// Pure spinning waits, per CPU (free when `lock_addr == 0`).
 #[map]
@@ -170,6 +174,56 @@ fn capture_stack<C: StackIdContext>(ctx: &C) -> i32 {
     }
 }
 
+/// Whether this CPU may walk one more stack in the current 100 ms window.
+/// A kernel stack walk costs ~1.5-2 us here, by far the largest part of a
+/// traced contention; under a storm the budget bounds that cost.
+#[inline(always)]
+fn stack_budget_allows(limit: u32, now: u64) -> bool {
+    if limit == 0 {
+        return true;
+    }
+    let Some(b) = STACK_BUDGET.get_ptr_mut(0) else {
+        return true;
+    };
+    // SAFETY: this CPU's slot; preemption is disabled in tracepoint programs.
+    let b = unsafe { &mut *b };
+    if now.wrapping_sub(b.window_ns) >= 100_000_000 {
+        b.window_ns = now;
+        b.used = 0;
+    }
+    if b.used >= limit as u64 {
+        return false;
+    }
+    b.used += 1;
+    true
+}
+
+/// The stack for a new wait: walked when the budget allows (and remembered
+/// in the task's entry), else the task's last stack for the same lock and
+/// flags, else [`STACK_SKIPPED`].
+#[inline(always)]
+fn stack_for<C: StackIdContext>(ctx: &C, cfg: &Config, now: u64, lock_addr: u64, flags: u32, task: Option<&mut TaskWait>) -> i32 {
+    if stack_budget_allows(cfg.stacks_per_window, now) {
+        let id = capture_stack(ctx);
+        if let Some(t) = task {
+            t.last_lock = lock_addr;
+            t.last_flags = flags;
+            t.last_stack_id = id;
+        }
+        return id;
+    }
+    match task {
+        Some(t) if t.last_lock == lock_addr && t.last_flags == flags && t.last_stack_id >= 0 => {
+            count(counter::STACK_REUSED);
+            t.last_stack_id
+        }
+        _ => {
+            count(counter::STACK_SKIPPED);
+            STACK_SKIPPED
+        }
+    }
+}
+
 #[inline(always)]
 fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
     let cfg = CONFIG.load();
@@ -180,41 +234,57 @@ fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u3
     if !wanted(&cfg, tgid) {
         return Ok(0);
     }
-    let fill = |ctx: &C| PendingWait {
-        // SAFETY: helper without preconditions.
-        begin_ns: unsafe { bpf_ktime_get_ns() },
-        lock_addr,
-        flags,
-        stack_id: capture_stack(ctx),
-        tgid,
-        tid,
-    };
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let key = task_key(tid, cpu);
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let wait = |stack_id| PendingWait { begin_ns: now, lock_addr, flags, stack_id, tgid, tid };
 
     if is_spinning(flags) {
         let slot = SPIN_PENDING.get_ptr_mut(0).ok_or(0u32)?;
         // SAFETY: this CPU's slot; preemption is disabled in tracepoint programs.
         let slot = unsafe { &mut *slot };
         if merge_begin(slot, lock_addr, flags) {
-            *slot = fill(ctx);
+            // The task entry is only consulted when the stack budget is spent.
+            let task = if stack_budget_allows(cfg.stacks_per_window, now) {
+                *slot = wait(capture_stack(ctx));
+                return Ok(0);
+            } else {
+                // SAFETY: live LRU value owned by this task (see below).
+                PENDING.get_ptr_mut(key).map(|t| unsafe { &mut *t })
+            };
+            let id = match task {
+                Some(t) if t.last_lock == lock_addr && t.last_flags == flags && t.last_stack_id >= 0 => {
+                    count(counter::STACK_REUSED);
+                    t.last_stack_id
+                }
+                _ => {
+                    count(counter::STACK_SKIPPED);
+                    STACK_SKIPPED
+                }
+            };
+            *slot = wait(id);
         }
         return Ok(0);
     }
 
-    // SAFETY: helper without preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let key = task_key(tid, cpu);
     if let Some(entry) = PENDING.get_ptr_mut(key) {
         // SAFETY: a live LRU-map value owned by this task (or, for tid 0, this
         // CPU); entries stay resident and are reused, so no insert or delete
         // (with their bucket locks) happens on the hot path.
         let entry = unsafe { &mut *entry };
-        if merge_begin(entry, lock_addr, flags) {
-            *entry = fill(ctx);
+        if merge_begin(&mut entry.wait, lock_addr, flags) {
+            let id = stack_for(ctx, &cfg, now, lock_addr, flags, Some(entry));
+            entry.wait = wait(id);
         }
         return Ok(0);
     }
     // First contention of this task: one insert for its lifetime.
-    if let Err(e) = PENDING.insert(key, fill(ctx), BPF_NOEXIST as u64) {
+    let mut entry = TaskWait::default();
+    let id = stack_for(ctx, &cfg, now, lock_addr, flags, Some(&mut entry));
+    entry.wait = wait(id);
+    if let Err(e) = PENDING.insert(key, entry, BPF_NOEXIST as u64) {
         if count(counter::PENDING_FULL) {
             warn!(ctx, "lockprof: pending-wait map insert failed: {}", e);
         }
@@ -237,7 +307,7 @@ fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
     }
     let entry = match PENDING.get_ptr_mut(key) {
         // SAFETY: live map value owned by this task.
-        Some(e) => unsafe { &mut *e },
+        Some(e) => unsafe { &mut (*e).wait },
         None => {
             unmatched_end();
             return None;
@@ -258,7 +328,7 @@ fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
 #[inline(always)]
 fn unmatched_end() {
     // With filters on, ends of filtered waits are expected here.
-    if CONFIG.load() == Config::default() {
+    if !CONFIG.load().filtering() {
         count(counter::END_WITHOUT_BEGIN);
     }
 }

@@ -122,6 +122,12 @@ pub struct RecordArgs {
     /// Capacity of the kernel stack map (distinct stacks).
     #[arg(long, value_name = "N", default_value_t = profiler_common::DEFAULT_STACK_ENTRIES)]
     pub stack_map_size: u32,
+    /// Kernel stack walks allowed per second per CPU (0: every contention).
+    /// A walk costs ~1.5-2 us; beyond the budget a thread's previous stack for
+    /// the same lock and flags is reused (counted as stack_reused), else the
+    /// wait is kept without a stack (stack_skipped).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub stack_rate: u32,
     /// Cap on distinct (lock, stack) pairs kept in memory; more are folded into an overflow row.
     #[arg(long, value_name = "N", default_value_t = 50_000)]
     pub max_callers: usize,

@@ -201,7 +201,7 @@ fn type_filter_keeps_only_that_type() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let opts = SessionOptions {
-        load: LoadOptions { config: Config { type_mask: LockType::Mutex.bit(), filter_tgid: 0 }, ..Default::default() },
+        load: LoadOptions { config: Config { type_mask: LockType::Mutex.bit(), ..Config::default() }, ..Default::default() },
         ..Default::default()
     };
     let p = record_during(opts, Workload::Pipe, 4, 2.0);
@@ -227,7 +227,7 @@ fn pid_filter_keeps_only_that_process() {
     let pid = child.id();
     let opts = SessionOptions {
         load: LoadOptions {
-            config: Config { type_mask: u32::MAX, filter_tgid: 1 },
+            config: Config { filter_tgid: 1, ..Config::default() },
             tgids: vec![pid],
             ..Default::default()
         },

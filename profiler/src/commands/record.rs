@@ -58,7 +58,12 @@ pub(crate) fn session_options(args: &RecordArgs, verbose: u8) -> Result<SessionO
     Ok(SessionOptions {
         load: LoadOptions {
             backend: args.backend,
-            config: Config { type_mask: type_mask(&args.types)?, filter_tgid: u32::from(!args.pid.is_empty()) },
+            config: Config {
+                type_mask: type_mask(&args.types)?,
+                filter_tgid: u32::from(!args.pid.is_empty()),
+                stacks_per_window: args.stack_rate.div_ceil(10),
+                _pad: 0,
+            },
             tgids: args.pid.clone(),
             ringbuf_bytes: args.ringbuf_mb << 20,
             stack_entries: args.stack_map_size,

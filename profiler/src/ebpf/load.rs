@@ -7,7 +7,7 @@ use aya::{
     maps::{HashMap, MapData, RingBuf, StackTraceMap},
     programs::{BtfTracePoint, TracePoint},
 };
-use profiler_common::{Config, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, PendingWait};
+use profiler_common::{Config, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, PendingWait, TaskWait};
 
 use super::{TraceFs, TracefsError, check_privileges, counters::KernelCounters};
 use crate::symbols::StackSource;
@@ -319,8 +319,8 @@ impl Probes {
     pub fn pending(&self) -> Result<Vec<PendingWait>, LoadError> {
         let err = |name: &'static str, e: &dyn std::fmt::Display| LoadError::Map { name, detail: e.to_string() };
         let map = self.ebpf.map("PENDING").ok_or_else(|| err("PENDING", &"missing"))?;
-        let tasks: HashMap<_, u64, PendingWait> = HashMap::try_from(map).map_err(|e| err("PENDING", &e))?;
-        let mut open: Vec<PendingWait> = tasks.iter().filter_map(Result::ok).map(|(_, p)| p).collect();
+        let tasks: HashMap<_, u64, TaskWait> = HashMap::try_from(map).map_err(|e| err("PENDING", &e))?;
+        let mut open: Vec<PendingWait> = tasks.iter().filter_map(Result::ok).map(|(_, t)| t.wait).collect();
         let map = self.ebpf.map("SPIN_PENDING").ok_or_else(|| err("SPIN_PENDING", &"missing"))?;
         let cpus: aya::maps::PerCpuArray<_, PendingWait> =
             aya::maps::PerCpuArray::try_from(map).map_err(|e| err("SPIN_PENDING", &e))?;

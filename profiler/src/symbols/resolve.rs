@@ -65,6 +65,9 @@ impl<S: StackSource> Resolver<S> {
         if id == OVERFLOW_STACK {
             return placeholder("[other stacks: key limit reached]".into());
         }
+        if id == profiler_common::STACK_SKIPPED {
+            return placeholder("[stack not captured: --stack-rate budget spent]".into());
+        }
         if id < 0 {
             return placeholder(format!("[stack unavailable: errno {}]", -id));
         }
