@@ -110,6 +110,104 @@ impl LockMode {
 
 /// `ContentionEvent::kind` of a completed wait seen by the tracepoints.
 pub const EVENT_CONTENTION: u32 = 1;
+/// `ContentionEvent::kind` of a long wait in aggregate mode: already counted
+/// in the aggregate maps, streamed only so its details can be listed.
+pub const EVENT_OUTLIER: u32 = 2;
+/// `ContentionEvent::kind` of a wait the aggregate maps had no room for:
+/// streamed instead, so it is not lost.
+pub const EVENT_AGG_OVERFLOW: u32 = 3;
+
+/// Buckets of the in-kernel wait histogram: two per power of two
+/// ([`hist_bucket`]), up to 2^47 ns (~39 hours).
+pub const HIST_BUCKETS: usize = 96;
+
+/// Histogram bucket of `ns`: 0 and 1 map to themselves; otherwise
+/// `2 * floor(log2 ns) + (the bit below the top bit)`, clamped.
+#[inline(always)]
+pub fn hist_bucket(ns: u64) -> usize {
+    if ns < 2 {
+        return ns as usize;
+    }
+    // floor(log2) without a count-leading-zeros instruction (BPF has none).
+    let mut v = ns;
+    let mut log = 0u32;
+    if v >> 32 != 0 {
+        v >>= 32;
+        log += 32;
+    }
+    if v >> 16 != 0 {
+        v >>= 16;
+        log += 16;
+    }
+    if v >> 8 != 0 {
+        v >>= 8;
+        log += 8;
+    }
+    if v >> 4 != 0 {
+        v >>= 4;
+        log += 4;
+    }
+    if v >> 2 != 0 {
+        v >>= 2;
+        log += 2;
+    }
+    if v >> 1 != 0 {
+        log += 1;
+    }
+    let half = (ns >> (log - 1)) & 1;
+    let idx = 2 * log as usize + half as usize;
+    if idx >= HIST_BUCKETS { HIST_BUCKETS - 1 } else { idx }
+}
+
+/// Smallest value of bucket `idx` (inverse of [`hist_bucket`]).
+pub const fn hist_bucket_low(idx: usize) -> u64 {
+    if idx < 2 {
+        return idx as u64;
+    }
+    let log = (idx / 2) as u32;
+    let half = (idx % 2) as u64;
+    (1u64 << log) | (half << (log - 1))
+}
+
+/// Key of the aggregate maps.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AggKey {
+    /// Lock address.
+    pub lock_addr: u64,
+    /// Waiting thread.
+    pub tid: u32,
+    /// Waiting process.
+    pub tgid: u32,
+    /// `LCB_F_*` flags.
+    pub flags: u32,
+    /// Stack id captured at begin.
+    pub stack_id: i32,
+}
+
+/// Per-CPU value of the aggregate maps.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AggVal {
+    /// Waits.
+    pub count: u64,
+    /// Sum of waits, ns.
+    pub total_ns: u64,
+    /// Longest wait.
+    pub max_ns: u64,
+    /// Shortest wait (meaningful when count > 0).
+    pub min_ns: u64,
+    /// comm of the thread when the key was created.
+    pub comm: [u8; 16],
+    /// Wait histogram, [`hist_bucket`] indexed.
+    pub hist: [u32; HIST_BUCKETS],
+}
+
+impl Default for AggVal {
+    fn default() -> Self {
+        AggVal { count: 0, total_ns: 0, max_ns: 0, min_ns: 0, comm: [0; 16], hist: [0; HIST_BUCKETS] }
+    }
+}
 
 /// One completed contention, sent through the ring buffer at `contention_end`.
 #[repr(C)]
@@ -204,9 +302,17 @@ pub struct Config {
     pub filter_tgid: u32,
     /// Stack walks allowed per CPU per 100 ms window (0: unlimited).
     pub stacks_per_window: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// [`MODE_STREAM`] or [`MODE_AGGREGATE`].
+    pub mode: u32,
+    /// Aggregate mode: waits at least this long are also streamed as
+    /// [`EVENT_OUTLIER`] records (0: none).
+    pub outlier_ns: u64,
 }
+
+/// Every completed wait goes through the ring buffer.
+pub const MODE_STREAM: u32 = 0;
+/// Waits are folded into per-CPU maps in the kernel, drained every interval.
+pub const MODE_AGGREGATE: u32 = 1;
 
 impl Config {
     /// Whether a type or process filter is on (then unmatched ends are expected).
@@ -217,7 +323,7 @@ impl Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, _pad: 0 }
+        Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, mode: MODE_STREAM, outlier_ns: 0 }
     }
 }
 
@@ -247,8 +353,13 @@ pub mod counter {
     pub const STACK_REUSED: u32 = 8;
     /// Stack budget spent and nothing to reuse: the wait has no stack.
     pub const STACK_SKIPPED: u32 = 9;
+    /// Aggregate mode: a key did not fit in the aggregate map; the wait was
+    /// streamed through the ring buffer instead.
+    pub const AGG_FULL: u32 = 10;
+    /// Aggregate mode: long waits streamed as outliers.
+    pub const OUTLIERS: u32 = 11;
     /// Number of counters.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 12;
 
     /// Stable names, indexed by counter.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -262,15 +373,19 @@ pub mod counter {
         "reentered",
         "stack_reused",
         "stack_skipped",
+        "agg_map_full",
+        "outliers",
     ];
 }
 
 /// Default number of ring buffer bytes (must be a power of two multiple of the page size).
 pub const DEFAULT_RINGBUF_BYTES: u32 = 4 << 20;
 /// Default capacity of the pending-wait map (concurrently waiting tasks).
-pub const DEFAULT_PENDING_ENTRIES: u32 = 16384;
+pub const DEFAULT_PENDING_ENTRIES: u32 = 32768;
 /// Default capacity of the stack trace map (distinct stacks).
 pub const DEFAULT_STACK_ENTRIES: u32 = 16384;
+/// Default capacity of each aggregate map (distinct lock, thread, flags, stack).
+pub const DEFAULT_AGG_ENTRIES: u32 = 16384;
 /// Depth of captured kernel stacks (`PERF_MAX_STACK_DEPTH`).
 pub const MAX_STACK_DEPTH: usize = 127;
 
@@ -281,8 +396,12 @@ mod pod {
     unsafe impl aya::Pod for super::ContentionEvent {}
     // SAFETY: repr(C), integer fields only (8+8+4*4 = 32 bytes, no padding); any bits valid.
     unsafe impl aya::Pod for super::PendingWait {}
-    // SAFETY: repr(C), four u32 fields; any bits valid.
+    // SAFETY: repr(C), four u32 and one u64 (24 bytes, no padding); any bits valid.
     unsafe impl aya::Pod for super::Config {}
+    // SAFETY: repr(C), u64 + 4 x u32/i32 (24 bytes, no padding); any bits valid.
+    unsafe impl aya::Pod for super::AggKey {}
+    // SAFETY: repr(C), 4 x u64 + 16 bytes + 96 x u32 (432 bytes, no padding); any bits valid.
+    unsafe impl aya::Pod for super::AggVal {}
     // SAFETY: repr(C), PendingWait + u64 + u32 + i32 (48 bytes, no padding); any bits valid.
     unsafe impl aya::Pod for super::TaskWait {}
     // SAFETY: repr(C), two u64; any bits valid.
@@ -327,6 +446,33 @@ mod tests {
         assert_eq!(core::mem::size_of::<ContentionEvent>(), 64);
         assert_eq!(core::mem::size_of::<PendingWait>(), 32);
         assert_eq!(core::mem::size_of::<TaskWait>(), 48);
-        assert_eq!(core::mem::size_of::<Config>(), 16);
+        assert_eq!(core::mem::size_of::<Config>(), 24);
+        assert_eq!(core::mem::size_of::<AggKey>(), 24);
+        assert_eq!(core::mem::size_of::<AggVal>(), 432);
+    }
+
+    #[test]
+    fn histogram_buckets_are_monotonic_and_invertible() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(1), 1);
+        assert_eq!(hist_bucket(2), 2);
+        assert_eq!(hist_bucket(3), 3);
+        assert_eq!(hist_bucket(4), 4);
+        assert_eq!(hist_bucket(6), 5);
+        assert_eq!(hist_bucket(7), 5);
+        assert_eq!(hist_bucket(8), 6);
+        let mut prev = 0;
+        for shift in 0..47 {
+            for v in [1u64 << shift, (1u64 << shift) + (1u64 << shift) / 2, (2u64 << shift) - 1] {
+                let b = hist_bucket(v);
+                assert!(b >= prev, "{v}");
+                prev = b;
+                assert!(hist_bucket_low(b) <= v, "{v} below its bucket start {}", hist_bucket_low(b));
+                if b + 1 < HIST_BUCKETS {
+                    assert!(hist_bucket_low(b + 1) > v, "{v} not below next bucket");
+                }
+            }
+        }
+        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
     }
 }

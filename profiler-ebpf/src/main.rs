@@ -16,18 +16,19 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, fentry, kprobe, map, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
+    AggKey, AggVal, DEFAULT_AGG_ENTRIES, EVENT_AGG_OVERFLOW, EVENT_OUTLIER, MODE_AGGREGATE, MODE_STREAM, hist_bucket,
     Config, ContentionEvent, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, EVENT_CONTENTION,
     LockType, PendingWait, STACK_SKIPPED, StackBudget, TaskWait, counter, lcb, task_key,
 };
 
 /// Filters, written by userspace before load.
 #[unsafe(no_mangle)]
-static CONFIG: Global<Config> = Global::new(Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, _pad: 0 });
+static CONFIG: Global<Config> = Global::new(Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, mode: MODE_STREAM, outlier_ns: 0 });
 
 /// Offsets of the classic tracepoint fields, read by userspace from
 /// /sys/kernel/tracing/events/lock/*/format (defaults: 6.x layout).
@@ -49,9 +50,23 @@ static TP_END_LOCK_OFF: Global<u32> = Global::new(8);
 static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 
 /// Waits that may sleep, keyed by `task_key`. Entries stay resident (idle
-/// when `lock_addr == 0`) and are reused; LRU evicts those of exited tasks.
+/// when `lock_addr == 0`) and are reused; userspace deletes those of exited
+/// tasks every interval. (An LRU map was tried: it evicted entries of tasks
+/// sleeping in a wait under fork-storm churn, losing those waits.)
 #[map]
-static PENDING: LruHashMap<u64, TaskWait> = LruHashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+static PENDING: HashMap<u64, TaskWait> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+
+/// Aggregate mode: two per-CPU maps, one active (written by the programs)
+/// while userspace drains the other; `ACTIVE[0]` says which.
+#[map]
+static AGG_A: PerCpuHashMap<AggKey, AggVal> = PerCpuHashMap::with_max_entries(DEFAULT_AGG_ENTRIES, 0);
+#[map]
+static AGG_B: PerCpuHashMap<AggKey, AggVal> = PerCpuHashMap::with_max_entries(DEFAULT_AGG_ENTRIES, 0);
+#[map]
+static ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
+/// Scratch space to build a new aggregate value.
+#[map]
+static AGG_SCRATCH: PerCpuArray<AggVal> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU stack walk budget.
 #[map]
@@ -251,7 +266,7 @@ fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u3
                 *slot = wait(capture_stack(ctx));
                 return Ok(0);
             } else {
-                // SAFETY: live LRU value owned by this task (see below).
+                // SAFETY: live map value owned by this task (see below).
                 PENDING.get_ptr_mut(key).map(|t| unsafe { &mut *t })
             };
             let id = match task {
@@ -270,7 +285,7 @@ fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u3
     }
 
     if let Some(entry) = PENDING.get_ptr_mut(key) {
-        // SAFETY: a live LRU-map value owned by this task (or, for tid 0, this
+        // SAFETY: a live map value owned by this task (or, for tid 0, this
         // CPU); entries stay resident and are reused, so no insert or delete
         // (with their bucket locks) happens on the hot path.
         let entry = unsafe { &mut *entry };
@@ -333,28 +348,22 @@ fn unmatched_end() {
     }
 }
 
+/// Sends one record through the ring buffer.
 #[inline(always)]
-fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
-    let (tid, tgid) = current_ids();
-    // SAFETY: helper without preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let Some(pending) = take_pending(lock_addr, task_key(tid, cpu)) else {
-        return Ok(0);
-    };
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+fn stream<C: EbpfContext>(ctx: &C, kind: u32, p: &PendingWait, lock_addr: u64, ids: (u32, u32, u32), now: u64) {
+    let (tid, tgid, cpu) = ids;
     match EVENTS.reserve::<ContentionEvent>(0) {
         Some(mut entry) => {
             let ev = ContentionEvent {
                 lock_addr,
-                wait_ns: now.saturating_sub(pending.begin_ns),
+                wait_ns: now.saturating_sub(p.begin_ns),
                 end_ns: now,
                 tid,
                 tgid,
-                flags: pending.flags,
+                flags: p.flags,
                 cpu,
-                stack_id: pending.stack_id,
-                kind: EVENT_CONTENTION,
+                stack_id: p.stack_id,
+                kind,
                 comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
             };
             entry.write(ev);
@@ -371,6 +380,86 @@ fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
                 warn!(ctx, "lockprof: ring buffer full, events are being lost");
             }
         }
+    }
+}
+
+#[inline(always)]
+fn add_wait(v: &mut AggVal, wait: u64) {
+    if v.count == 0 || wait < v.min_ns {
+        v.min_ns = wait;
+    }
+    if wait > v.max_ns {
+        v.max_ns = wait;
+    }
+    v.count += 1;
+    v.total_ns += wait;
+    let b = hist_bucket(wait);
+    if let Some(slot) = v.hist.get_mut(b) {
+        *slot += 1;
+    }
+}
+
+/// Folds a wait into this CPU's value in the active aggregate map: CPU-local
+/// work only, since the lock has just been acquired. False if the map is full.
+#[inline(always)]
+fn aggregate(key: &AggKey, wait: u64) -> bool {
+    let active = ACTIVE.get(0).copied().unwrap_or(0);
+    let map = if active == 0 { &AGG_A } else { &AGG_B };
+    if let Some(v) = map.get_ptr_mut(key) {
+        // SAFETY: this CPU's value of a live per-CPU hash entry; preemption is off.
+        add_wait(unsafe { &mut *v }, wait);
+        return true;
+    }
+    // A new key: build its value in per-CPU scratch space (too big for the
+    // 512-byte BPF stack) and insert it.
+    let Some(scratch) = AGG_SCRATCH.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's scratch slot; preemption is off.
+    let v = unsafe { &mut *scratch };
+    // SAFETY: AggVal is plain old data; all-zero bytes are a valid value.
+    unsafe { core::ptr::write_bytes(scratch, 0, 1) };
+    v.comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
+    add_wait(v, wait);
+    match map.insert(key, &*v, BPF_NOEXIST as u64) {
+        Ok(()) => true,
+        // Another CPU created it meanwhile: update ours in place.
+        Err(_) => match map.get_ptr_mut(key) {
+            Some(existing) => {
+                // SAFETY: as above.
+                add_wait(unsafe { &mut *existing }, wait);
+                true
+            }
+            None => false,
+        },
+    }
+}
+
+#[inline(always)]
+fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
+    let (tid, tgid) = current_ids();
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let Some(pending) = take_pending(lock_addr, task_key(tid, cpu)) else {
+        return Ok(0);
+    };
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let cfg = CONFIG.load();
+    if cfg.mode != MODE_AGGREGATE {
+        stream(ctx, EVENT_CONTENTION, &pending, lock_addr, (tid, tgid, cpu), now);
+        return Ok(0);
+    }
+    let wait = now.saturating_sub(pending.begin_ns);
+    let key = AggKey { lock_addr, tid, tgid, flags: pending.flags, stack_id: pending.stack_id };
+    if !aggregate(&key, wait) {
+        if count(counter::AGG_FULL) {
+            warn!(ctx, "lockprof: aggregate map full, streaming instead");
+        }
+        stream(ctx, EVENT_AGG_OVERFLOW, &pending, lock_addr, (tid, tgid, cpu), now);
+    } else if cfg.outlier_ns != 0 && wait >= cfg.outlier_ns {
+        count(counter::OUTLIERS);
+        stream(ctx, EVENT_OUTLIER, &pending, lock_addr, (tid, tgid, cpu), now);
     }
     Ok(0)
 }

@@ -122,6 +122,14 @@ pub struct RecordArgs {
     /// Capacity of the kernel stack map (distinct stacks).
     #[arg(long, value_name = "N", default_value_t = profiler_common::DEFAULT_STACK_ENTRIES)]
     pub stack_map_size: u32,
+    /// aggregate: fold waits into per-CPU maps in the kernel, drained every
+    /// second (lowest overhead); stream: send every wait through the ring buffer.
+    #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
+    pub mode: Mode,
+    /// Aggregate mode: also stream waits at least this long (microseconds), for
+    /// the slowest-waits list (0: none).
+    #[arg(long, value_name = "US", default_value_t = 1000)]
+    pub outlier_us: u64,
     /// Kernel stack walks allowed per second per CPU (0: every contention).
     /// A walk costs ~1.5-2 us; beyond the budget a thread's previous stack for
     /// the same lock and flags is reused (counted as stack_reused), else the
@@ -134,6 +142,15 @@ pub struct RecordArgs {
     /// Report options.
     #[command(flatten)]
     pub view: ViewArgs,
+}
+
+/// How waits reach userspace.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Per-CPU maps in the kernel, drained each interval.
+    Aggregate,
+    /// Every wait through the ring buffer.
+    Stream,
 }
 
 /// `lockprof report`.

@@ -27,7 +27,10 @@ pub struct Opts {
 enum Mode {
     Untraced,
     Floor,
+    /// `lockprof record` with defaults (aggregate mode).
     Lockprof,
+    /// `lockprof record --mode stream`.
+    Stream,
 }
 
 impl Mode {
@@ -36,11 +39,13 @@ impl Mode {
             Mode::Untraced => "untraced",
             Mode::Floor => "floor",
             Mode::Lockprof => "lockprof",
+            Mode::Stream => "stream",
         }
     }
 }
 
-const MODES: [Mode; 3] = [Mode::Untraced, Mode::Floor, Mode::Lockprof];
+const MODES: [Mode; 4] = [Mode::Untraced, Mode::Floor, Mode::Lockprof, Mode::Stream];
+const N: usize = MODES.len();
 
 struct Sample {
     ops_per_s: f64,
@@ -116,9 +121,12 @@ fn run_one(mode: Mode, workload: &str, o: &Opts) -> Result<Sample> {
             stop_tracer(t)?;
             Ok(Sample { ops_per_s: r?, recording: None })
         }
-        Mode::Lockprof => {
+        Mode::Lockprof | Mode::Stream => {
             let mut c = lockprof();
             c.args(["record", "--format", "json", "--top", "1"]);
+            if mode == Mode::Stream {
+                c.args(["--mode", "stream"]);
+            }
             let t = start_tracer(c, "lockprof: recording")?;
             let r = stress(workload, o.threads, o.duration);
             let v = stop_tracer(t)?;
@@ -140,11 +148,12 @@ fn median(v: &mut [f64]) -> f64 {
 
 struct WorkloadResult {
     name: String,
-    median: [f64; 3],
-    spread_pct: [f64; 3],
-    max_event_rate: f64,
-    lost: u64,
-    drops: Value,
+    median: [f64; N],
+    spread_pct: [f64; N],
+    /// (aggregate, stream): highest contention rate recorded, events lost, last counters.
+    max_event_rate: [f64; 2],
+    lost: [u64; 2],
+    drops: [Value; 2],
 }
 
 fn lost_of(drops: &Value) -> u64 {
@@ -155,27 +164,32 @@ fn lost_of(drops: &Value) -> u64 {
 }
 
 fn bench_workload(name: &str, o: &Opts) -> Result<WorkloadResult> {
-    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(), Vec::new(), Vec::new()];
+    let mut samples: Vec<Vec<Sample>> = (0..N).map(|_| Vec::new()).collect();
     for round in 0..o.rounds {
-        for k in 0..3 {
-            let mode = MODES[(round + k) % 3];
+        for k in 0..N {
+            let mode = MODES[(round + k) % N];
             let s = run_one(mode, name, o).with_context(|| format!("{name}/{}", mode.name()))?;
             eprintln!("bench: {name:<7} round {round} {:<9} {:>12.0} ops/s", mode.name(), s.ops_per_s);
             samples[MODES.iter().position(|m| *m == mode).unwrap_or(0)].push(s);
         }
     }
-    let mut median_v = [0.0; 3];
-    let mut spread = [0.0; 3];
-    for i in 0..3 {
+    let mut median_v = [0.0; N];
+    let mut spread = [0.0; N];
+    for i in 0..N {
         let mut v: Vec<f64> = samples[i].iter().map(|s| s.ops_per_s).collect();
         let (lo, hi) = v.iter().fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
         median_v[i] = median(&mut v);
         spread[i] = if median_v[i] > 0.0 { (hi - lo) / median_v[i] * 100.0 } else { 0.0 };
     }
-    let recs: Vec<&(u64, f64, Value)> = samples[2].iter().filter_map(|s| s.recording.as_ref()).collect();
-    let max_event_rate = recs.iter().map(|(e, s, _)| *e as f64 / s.max(1e-9)).fold(0.0, f64::max);
-    let lost = recs.iter().map(|(_, _, d)| lost_of(d)).sum();
-    let drops = recs.last().map(|(_, _, d)| d.clone()).unwrap_or(Value::Null);
+    let mut max_event_rate = [0.0; 2];
+    let mut lost = [0; 2];
+    let mut drops = [Value::Null, Value::Null];
+    for (j, idx) in [2usize, 3].into_iter().enumerate() {
+        let recs: Vec<&(u64, f64, Value)> = samples[idx].iter().filter_map(|s| s.recording.as_ref()).collect();
+        max_event_rate[j] = recs.iter().map(|(e, s, _)| *e as f64 / s.max(1e-9)).fold(0.0, f64::max);
+        lost[j] = recs.iter().map(|(_, _, d)| lost_of(d)).sum();
+        drops[j] = recs.last().map(|(_, _, d)| d.clone()).unwrap_or(Value::Null);
+    }
     Ok(WorkloadResult { name: name.to_string(), median: median_v, spread_pct: spread, max_event_rate, lost, drops })
 }
 
@@ -233,19 +247,19 @@ pub fn run(o: &Opts) -> Result<()> {
         "Each workload ran {} rounds of {} s with {} threads per mode; modes alternate in rotating order within each round. \
 Throughput is operations/s of `lockprof stress <workload>` (pipe: 512-byte writes; fork: fork+exit+wait; unlink: create+unlink; \
 prio: getpriority calls). *floor* is a BPF program on the same two tracepoints that only counts; *lockprof* is `lockprof record` \
-(tp_btf, default options). Ratios are of medians; spread is (max - min) / median.\n",
+(tp_btf, default options: aggregate mode, 10k stack walks/s/CPU); *stream* is `lockprof record --mode stream`. Ratios are of medians; spread is (max - min) / median.\n",
         o.rounds, o.duration, o.threads
     );
     let _ = writeln!(
         md,
-        "| workload | untraced ops/s | floor | lockprof | lockprof / floor | spread (u/f/l) | events/s seen | lost | target | met |"
+        "| workload | untraced ops/s | floor | lockprof (aggregate) | lockprof / floor | stream | spread u/f/a/s | contentions/s seen (a / s) | lost (a / s) | target | met |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
     let mut all_met = true;
     for r in &results {
-        let [u, f, l] = r.median;
+        let [u, f, l, st] = r.median;
         let (target, vs_floor) = targets(&r.name);
-        let met = l / u >= target && (!vs_floor || l / f >= 0.90) && r.lost == 0;
+        let met = l / u >= target && (!vs_floor || l / f >= 0.90) && r.lost[0] == 0;
         all_met &= met;
         let tgt = match (target > 0.0, vs_floor) {
             (false, _) => "zero loss".to_string(),
@@ -254,17 +268,21 @@ prio: getpriority calls). *floor* is a BPF program on the same two tracepoints t
         };
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.3}x | {:.3}x | {:.3} | {:.0}% / {:.0}% / {:.0}% | {:.0} | {} | {} | {} |",
+            "| {} | {:.0} | {:.3}x | {:.3}x | {:.3} | {:.3}x | {:.0}% / {:.0}% / {:.0}% / {:.0}% | {:.0} / {:.0} | {} / {} | {} | {} |",
             r.name,
             u,
             f / u,
             l / u,
             l / f,
+            st / u,
             r.spread_pct[0],
             r.spread_pct[1],
             r.spread_pct[2],
-            r.max_event_rate,
-            r.lost,
+            r.spread_pct[3],
+            r.max_event_rate[0],
+            r.max_event_rate[1],
+            r.lost[0],
+            r.lost[1],
             tgt,
             if met { "yes" } else { "**no**" }
         );
@@ -292,9 +310,10 @@ prio: getpriority calls). *floor* is a BPF program on the same two tracepoints t
         "| load + attach (median of 5) | {att:.1} ms | <= 300 ms | {} |",
         if att <= 300.0 { "yes" } else { "**no**" }
     );
-    let _ = writeln!(md, "\nLast lockprof run's counters per workload:\n");
+    let _ = writeln!(md, "\nLast run's counters per workload (aggregate, then stream mode):\n");
     for r in &results {
-        let _ = writeln!(md, "- {}: `{}`", r.name, r.drops);
+        let _ = writeln!(md, "- {} aggregate: `{}`", r.name, r.drops[0]);
+        let _ = writeln!(md, "- {} stream: `{}`", r.name, r.drops[1]);
     }
     let _ = writeln!(md, "\nAll targets met: {}.", if all_met { "yes" } else { "no (see rows marked **no**)" });
     print!("{md}");

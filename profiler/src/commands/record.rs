@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use profiler_common::{Config, LockType};
+use profiler_common::{Config, LockType, MODE_AGGREGATE, MODE_STREAM};
 
 use super::{UsageError, print_stdout, report_options};
 use crate::{
-    cli::RecordArgs,
+    cli::{Mode, RecordArgs},
     ebpf::LoadOptions,
     model::parse_type,
     pipeline::{Limits, Session, SessionOptions},
@@ -62,7 +62,11 @@ pub(crate) fn session_options(args: &RecordArgs, verbose: u8) -> Result<SessionO
                 type_mask: type_mask(&args.types)?,
                 filter_tgid: u32::from(!args.pid.is_empty()),
                 stacks_per_window: args.stack_rate.div_ceil(10),
-                _pad: 0,
+                mode: match args.mode {
+                    Mode::Aggregate => MODE_AGGREGATE,
+                    Mode::Stream => MODE_STREAM,
+                },
+                outlier_ns: args.outlier_us.saturating_mul(1000),
             },
             tgids: args.pid.clone(),
             ringbuf_bytes: args.ringbuf_mb << 20,

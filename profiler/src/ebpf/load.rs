@@ -7,7 +7,7 @@ use aya::{
     maps::{HashMap, MapData, RingBuf, StackTraceMap},
     programs::{BtfTracePoint, TracePoint},
 };
-use profiler_common::{Config, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, PendingWait, TaskWait};
+use profiler_common::{Config, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES};
 
 use super::{TraceFs, TracefsError, check_privileges, counters::KernelCounters};
 use crate::symbols::StackSource;
@@ -93,6 +93,8 @@ pub struct LoadOptions {
     pub stack_entries: u32,
     /// Pending-wait map capacity.
     pub pending_entries: u32,
+    /// Capacity of each aggregate map (aggregate mode).
+    pub agg_entries: u32,
 }
 
 impl Default for LoadOptions {
@@ -104,6 +106,7 @@ impl Default for LoadOptions {
             ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
             stack_entries: DEFAULT_STACK_ENTRIES,
             pending_entries: DEFAULT_PENDING_ENTRIES,
+            agg_entries: profiler_common::DEFAULT_AGG_ENTRIES,
         }
     }
 }
@@ -235,6 +238,8 @@ impl Probes {
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .map_max_entries("STACKS", opts.stack_entries)
             .map_max_entries("PENDING", opts.pending_entries)
+            .map_max_entries("AGG_A", opts.agg_entries)
+            .map_max_entries("AGG_B", opts.agg_entries)
             .load(super::object_bytes())
             .map_err(|e| LoadError::Object(Box::new(e)))?;
 
@@ -298,6 +303,20 @@ impl Probes {
         RingBuf::try_from(map).map_err(|e| LoadError::Map { name: "EVENTS", detail: e.to_string() })
     }
 
+    /// Takes the aggregate maps and their selector (once).
+    pub fn take_aggregates(&mut self) -> Result<super::AggMaps, LoadError> {
+        let mut take = |name: &'static str| {
+            self.ebpf.take_map(name).ok_or(LoadError::Map { name, detail: "missing or already taken".into() })
+        };
+        let (a, b, active) = (take("AGG_A")?, take("AGG_B")?, take("ACTIVE")?);
+        let conv = |name: &'static str, e: aya::maps::MapError| LoadError::Map { name, detail: e.to_string() };
+        Ok(super::AggMaps::new(
+            aya::maps::PerCpuHashMap::try_from(a).map_err(|e| conv("AGG_A", e))?,
+            aya::maps::PerCpuHashMap::try_from(b).map_err(|e| conv("AGG_B", e))?,
+            aya::maps::Array::try_from(active).map_err(|e| conv("ACTIVE", e))?,
+        ))
+    }
+
     /// Takes the stack map (once).
     pub fn take_stacks(&mut self) -> Result<KernelStacks, LoadError> {
         let map = self
@@ -315,18 +334,17 @@ impl Probes {
         KernelCounters::read(map).map_err(|e| LoadError::Map { name: "COUNTERS", detail: e.to_string() })
     }
 
-    /// Waits still open (begin seen, end not yet), per task and per CPU.
-    pub fn pending(&self) -> Result<Vec<PendingWait>, LoadError> {
-        let err = |name: &'static str, e: &dyn std::fmt::Display| LoadError::Map { name, detail: e.to_string() };
-        let map = self.ebpf.map("PENDING").ok_or_else(|| err("PENDING", &"missing"))?;
-        let tasks: HashMap<_, u64, TaskWait> = HashMap::try_from(map).map_err(|e| err("PENDING", &e))?;
-        let mut open: Vec<PendingWait> = tasks.iter().filter_map(Result::ok).map(|(_, t)| t.wait).collect();
-        let map = self.ebpf.map("SPIN_PENDING").ok_or_else(|| err("SPIN_PENDING", &"missing"))?;
-        let cpus: aya::maps::PerCpuArray<_, PendingWait> =
-            aya::maps::PerCpuArray::try_from(map).map_err(|e| err("SPIN_PENDING", &e))?;
-        open.extend(cpus.get(&0, 0).map_err(|e| err("SPIN_PENDING", &e))?.iter().copied());
-        open.retain(|p| p.lock_addr != 0);
-        Ok(open)
+    /// Takes the pending-wait maps (once).
+    pub fn take_pending(&mut self) -> Result<super::PendingMaps, LoadError> {
+        let mut take = |name: &'static str| {
+            self.ebpf.take_map(name).ok_or(LoadError::Map { name, detail: "missing or already taken".into() })
+        };
+        let (tasks, spin) = (take("PENDING")?, take("SPIN_PENDING")?);
+        let conv = |name: &'static str, e: aya::maps::MapError| LoadError::Map { name, detail: e.to_string() };
+        Ok(super::PendingMaps::new(
+            HashMap::try_from(tasks).map_err(|e| conv("PENDING", e))?,
+            aya::maps::PerCpuArray::try_from(spin).map_err(|e| conv("SPIN_PENDING", e))?,
+        ))
     }
 
     /// Program run skips by the kernel's recursion protection, per program.

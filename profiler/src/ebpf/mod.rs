@@ -1,14 +1,18 @@
 //! Loading, attaching and probing lockprof's eBPF programs.
 
+mod aggregates;
 mod caps;
 mod counters;
 pub mod features;
 mod load;
+mod pending;
 mod tracefs;
 
+pub use aggregates::{AggMaps, FLIP_GRACE, merge_cpus};
 pub use caps::{Privileges, check_privileges};
 pub use counters::{KernelCounters, recursion_misses};
 pub use load::{BackendChoice, FloorProbes, KernelStacks, LoadError, LoadOptions, Probes, WaitBackend};
+pub use pending::PendingMaps;
 pub use tracefs::{TraceFs, TracefsError};
 
 /// The eBPF object built by build.rs, embedded at compile time.

@@ -6,5 +6,5 @@ mod profile;
 mod stats;
 
 pub use kind::{mode_name, parse_type, type_label, type_name};
-pub use profile::{CallerProfile, LockProfile, Meta, NameSource, Profile, TaskProfile};
+pub use profile::{CallerProfile, LockProfile, Meta, NameSource, Profile, SlowWait, TaskProfile};
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};

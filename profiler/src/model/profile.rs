@@ -25,6 +25,9 @@ pub enum NameSource {
 pub struct Meta {
     /// Backend that measured the waits (`tp_btf`, `tracepoint`, ...).
     pub backend: String,
+    /// `aggregate` (in-kernel per-CPU maps) or `stream` (every wait through the ring buffer).
+    #[serde(default)]
+    pub mode: String,
     /// Kernel release (`uname -r`).
     pub kernel: String,
     /// Host name of the profiled machine.
@@ -101,6 +104,35 @@ pub struct TaskProfile {
     pub wait: Stats,
 }
 
+/// One long individual wait.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SlowWait {
+    /// How long.
+    pub wait_ns: u64,
+    /// CLOCK_MONOTONIC when it ended (to correlate with other traces).
+    pub end_monotonic_ns: u64,
+    /// Lock address.
+    pub addr: u64,
+    /// Lock type.
+    #[serde(rename = "type", with = "serde_type")]
+    pub lock_type: LockType,
+    /// Reader/writer side.
+    #[serde(with = "serde_mode")]
+    pub mode: LockMode,
+    /// Lock name or class.
+    pub lock: String,
+    /// Waiting thread.
+    pub tid: u32,
+    /// Waiting process.
+    pub tgid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Caller frame.
+    pub caller: String,
+    /// Symbolized stack, innermost first.
+    pub stack: Vec<String>,
+}
+
 /// A complete, symbolized lock-contention profile.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Profile {
@@ -110,6 +142,9 @@ pub struct Profile {
     pub locks: Vec<LockProfile>,
     /// Waiting threads.
     pub tasks: Vec<TaskProfile>,
+    /// The longest individual waits, longest first.
+    #[serde(default)]
+    pub slowest: Vec<SlowWait>,
 }
 
 impl Profile {

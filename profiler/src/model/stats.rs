@@ -49,6 +49,27 @@ impl Stats {
         let _ = self.hist.record_n(ns, n);
     }
 
+    /// Adds pre-aggregated waits: exact count, total, min and max, and a
+    /// coarse histogram (`(bucket low, bucket high, count)` triples) whose
+    /// counts are recorded at each bucket's midpoint, clamped to [min, max].
+    pub fn add_buckets(&mut self, count: u64, total_ns: u64, min_ns: u64, max_ns: u64, buckets: impl IntoIterator<Item = (u64, u64, u64)>) {
+        if count == 0 {
+            return;
+        }
+        for (lo, hi, n) in buckets {
+            if n > 0 {
+                let mid = lo / 2 + hi / 2;
+                let _ = self.hist.record_n(mid.clamp(min_ns, max_ns), n);
+            }
+        }
+        if self.count == 0 || min_ns < self.min_ns {
+            self.min_ns = min_ns;
+        }
+        self.max_ns = self.max_ns.max(max_ns);
+        self.count += count;
+        self.total_ns = self.total_ns.saturating_add(total_ns);
+    }
+
     /// Adds another set of statistics into this one.
     pub fn merge(&mut self, other: &Stats) {
         if other.count == 0 {
@@ -232,6 +253,21 @@ mod tests {
         let bad = r#"{"count":5,"total_ns":10,"min_ns":1,"max_ns":3,"sigfig":2,"buckets":[[1,1]]}"#;
         let err = serde_json::from_str::<Stats>(bad).expect_err("must reject");
         assert!(err.to_string().contains("inconsistent"), "{err}");
+    }
+
+    #[test]
+    fn pre_aggregated_buckets_keep_exact_moments() {
+        let mut s = Stats::new(LOCK_SIGFIG);
+        s.record(50);
+        s.add_buckets(4, 4_000, 500, 1_500, [(512, 767, 2), (768, 1023, 1), (1024, 1535, 1)]);
+        assert_eq!(s.count(), 5);
+        assert_eq!(s.total_ns(), 4_050);
+        assert_eq!((s.min_ns(), s.max_ns()), (50, 1_500));
+        let p50 = s.quantile_ns(0.5);
+        assert!((512..=767).contains(&p50), "median in the 512-767 bucket: {p50}");
+        assert!(s.quantile_ns(1.0) <= 1_500);
+        s.add_buckets(0, 0, 0, 0, [(1, 1, 0)]);
+        assert_eq!(s.count(), 5);
     }
 
     #[test]

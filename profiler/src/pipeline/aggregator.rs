@@ -1,7 +1,7 @@
 //! The aggregator: pure, kernel-free folding of contention events into
 //! per-lock, per-caller-stack and per-task statistics with bounded memory.
 
-use profiler_common::{ContentionEvent, LockMode, LockType};
+use profiler_common::{AggKey, AggVal, ContentionEvent, EVENT_OUTLIER, HIST_BUCKETS, LockMode, LockType, hist_bucket_low};
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -82,9 +82,15 @@ pub struct Overflow {
     pub tasks: u64,
 }
 
+/// How many of the longest individual waits are kept.
+pub const SLOWEST_KEPT: usize = 20;
+
 /// A point-in-time copy of the aggregator's tables.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
+    /// The longest individual waits seen (stream mode: all; aggregate mode:
+    /// the outliers), longest first.
+    pub slowest: Vec<ContentionEvent>,
     /// Per-lock statistics.
     pub locks: FxHashMap<LockKey, LockAgg>,
     /// Per-thread statistics.
@@ -109,48 +115,87 @@ impl Aggregator {
         Aggregator { state: Snapshot::default(), limits, callers: 0 }
     }
 
-    /// Adds one completed contention.
+    /// Adds one completed contention from the ring buffer. Aggregate-mode
+    /// outliers are already counted in the aggregates: they only feed the
+    /// slowest-waits list.
     pub fn ingest(&mut self, ev: &ContentionEvent) {
-        let st = &mut self.state;
-        st.events += 1;
+        self.note_slow(ev);
+        if ev.kind == EVENT_OUTLIER {
+            return;
+        }
+        self.fold(LockKey::of(ev), ev.stack_id, ev.tid, ev.tgid, &ev.comm, 1, |s| s.record(ev.wait_ns));
+    }
 
-        let mut key = LockKey::of(ev);
+    /// Adds a drained in-kernel aggregate.
+    pub fn ingest_agg(&mut self, key: &AggKey, v: &AggVal) {
+        if v.count == 0 {
+            return;
+        }
+        let lock = LockKey {
+            addr: key.lock_addr,
+            lock_type: LockType::from_flags(key.flags),
+            mode: LockMode::from_flags(key.flags),
+        };
+        let buckets = || {
+            (0..HIST_BUCKETS).filter(|&i| v.hist[i] > 0).map(|i| {
+                let hi = if i + 1 < HIST_BUCKETS { hist_bucket_low(i + 1).saturating_sub(1) } else { u64::MAX / 2 };
+                (hist_bucket_low(i), hi, u64::from(v.hist[i]))
+            })
+        };
+        self.fold(lock, key.stack_id, key.tid, key.tgid, &v.comm, v.count, |s| {
+            s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets())
+        });
+    }
+
+    fn note_slow(&mut self, ev: &ContentionEvent) {
+        let slow = &mut self.state.slowest;
+        if slow.len() >= SLOWEST_KEPT && slow.last().is_some_and(|l| l.wait_ns >= ev.wait_ns) {
+            return;
+        }
+        let at = slow.partition_point(|s| s.wait_ns >= ev.wait_ns);
+        slow.insert(at, *ev);
+        slow.truncate(SLOWEST_KEPT);
+    }
+
+    /// Applies `add` to the lock's, the caller's and the task's statistics,
+    /// respecting the key limits.
+    fn fold(&mut self, mut key: LockKey, stack_id: i32, tid: u32, tgid: u32, comm: &[u8; 16], n: u64, add: impl Fn(&mut Stats)) {
+        let st = &mut self.state;
+        st.events += n;
+
         if !st.locks.contains_key(&key) && st.locks.len() >= self.limits.max_locks {
-            st.overflow.locks += 1;
+            st.overflow.locks += n;
             key = LockKey::OVERFLOW;
         }
         let lock = st
             .locks
             .entry(key)
             .or_insert_with(|| LockAgg { wait: Stats::new(LOCK_SIGFIG), callers: FxHashMap::default() });
-        lock.wait.record(ev.wait_ns);
+        add(&mut lock.wait);
 
-        let mut sid = ev.stack_id;
+        let mut sid = stack_id;
         if !lock.callers.contains_key(&sid) {
             if self.callers >= self.limits.max_callers {
-                st.overflow.callers += 1;
+                st.overflow.callers += n;
                 sid = OVERFLOW_STACK;
             }
             if !lock.callers.contains_key(&sid) {
                 self.callers += 1;
             }
         }
-        lock.callers.entry(sid).or_insert_with(|| Stats::new(DETAIL_SIGFIG)).record(ev.wait_ns);
+        add(lock.callers.entry(sid).or_insert_with(|| Stats::new(DETAIL_SIGFIG)));
 
-        let mut tid = ev.tid;
+        let mut tid = tid;
         if !st.tasks.contains_key(&tid) && st.tasks.len() >= self.limits.max_tasks {
-            st.overflow.tasks += 1;
+            st.overflow.tasks += n;
             tid = OVERFLOW_TID;
         }
-        st.tasks
-            .entry(tid)
-            .or_insert_with(|| TaskAgg {
-                tgid: if tid == OVERFLOW_TID { 0 } else { ev.tgid },
-                comm: if tid == OVERFLOW_TID { *b"[other tasks]\0\0\0" } else { ev.comm },
-                wait: Stats::new(DETAIL_SIGFIG),
-            })
-            .wait
-            .record(ev.wait_ns);
+        let task = st.tasks.entry(tid).or_insert_with(|| TaskAgg {
+            tgid: if tid == OVERFLOW_TID { 0 } else { tgid },
+            comm: if tid == OVERFLOW_TID { *b"[other tasks]\0\0\0" } else { *comm },
+            wait: Stats::new(DETAIL_SIGFIG),
+        });
+        add(&mut task.wait);
     }
 
     /// A copy of the current tables.
@@ -253,6 +298,44 @@ pub(crate) mod tests {
         assert_eq!(s.tasks.len(), 3);
         assert_eq!(s.overflow.tasks, 8);
         assert_eq!(s.tasks[&OVERFLOW_TID].wait.count(), 8);
+    }
+
+    #[test]
+    fn aggregates_and_events_fold_into_the_same_rows() {
+        use profiler_common::hist_bucket;
+        let mut a = Aggregator::new(Limits::default());
+        a.ingest(&ev(0x100, lcb::MUTEX, 1000, 7, 3));
+        let mut v = AggVal { count: 3, total_ns: 6_000, min_ns: 1_000, max_ns: 3_000, ..AggVal::default() };
+        for w in [1_000u64, 2_000, 3_000] {
+            v.hist[hist_bucket(w)] += 1;
+        }
+        v.comm[..4].copy_from_slice(b"aggr");
+        let key = AggKey { lock_addr: 0x100, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 3 };
+        a.ingest_agg(&key, &v);
+        let s = a.snapshot();
+        assert_eq!(s.events, 4);
+        let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+        assert_eq!((lock.wait.count(), lock.wait.total_ns(), lock.wait.max_ns()), (4, 7_000, 3_000));
+        assert_eq!(lock.callers.len(), 1);
+        assert_eq!(lock.callers[&3].count(), 4);
+        assert_eq!(s.tasks[&7].wait.count(), 4);
+    }
+
+    #[test]
+    fn outliers_only_feed_the_slowest_list() {
+        let mut a = Aggregator::new(Limits::default());
+        for w in 1..=30u64 {
+            let mut e = ev(0x100, lcb::MUTEX, w * 1_000, 7, 3);
+            e.kind = EVENT_OUTLIER;
+            a.ingest(&e);
+        }
+        a.ingest(&ev(0x100, lcb::MUTEX, 500, 7, 3));
+        let s = a.snapshot();
+        assert_eq!(s.events, 1, "outliers are already in the aggregates");
+        assert_eq!(s.slowest.len(), SLOWEST_KEPT);
+        assert_eq!(s.slowest[0].wait_ns, 30_000);
+        assert!(s.slowest.windows(2).all(|w| w[0].wait_ns >= w[1].wait_ns));
+        assert_eq!(s.slowest.last().map(|e| e.wait_ns), Some(11_000));
     }
 
     #[test]

@@ -21,6 +21,24 @@ use tokio_util::sync::CancellationToken;
 /// Events sent to the aggregator together.
 pub type Batch = Vec<ContentionEvent>;
 
+/// What flows to the aggregator.
+#[derive(Debug)]
+pub enum Msg {
+    /// Ring buffer records.
+    Events(Batch),
+    /// Drained in-kernel aggregates (aggregate mode).
+    Aggregates(Vec<(profiler_common::AggKey, profiler_common::AggVal)>),
+}
+
+/// Reader bookkeeping, shared with the session.
+#[derive(Debug, Default)]
+pub struct ReaderStats {
+    /// Records of the wrong size.
+    pub malformed: AtomicU64,
+    /// Records decoded.
+    pub received: AtomicU64,
+}
+
 /// Decodes one ring buffer record; `None` if it has the wrong size.
 pub fn decode(bytes: &[u8]) -> Option<ContentionEvent> {
     if bytes.len() != std::mem::size_of::<ContentionEvent>() {
@@ -32,25 +50,27 @@ pub fn decode(bytes: &[u8]) -> Option<ContentionEvent> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ContentionEvent>()) })
 }
 
-/// Moves every available record into `batch`; counts malformed ones.
-pub fn drain(ring: &mut RingBuf<MapData>, batch: &mut Batch, malformed: &AtomicU64) {
+/// Moves every available record into `batch`; counts them.
+pub fn drain(ring: &mut RingBuf<MapData>, batch: &mut Batch, stats: &ReaderStats) {
+    let before = batch.len();
     while let Some(item) = ring.next() {
         match decode(&item) {
             Some(ev) => batch.push(ev),
             None => {
-                malformed.fetch_add(1, Ordering::Relaxed);
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
+    stats.received.fetch_add((batch.len() - before) as u64, Ordering::Relaxed);
 }
 
 /// Reads until `stop`, then drains once more and returns the ring buffer
 /// (the caller detaches the programs before cancelling, so nothing is missed).
 pub async fn run(
     ring: RingBuf<MapData>,
-    tx: mpsc::Sender<Batch>,
+    tx: mpsc::Sender<Msg>,
     stop: CancellationToken,
-    malformed: Arc<AtomicU64>,
+    stats: Arc<ReaderStats>,
     poll: std::time::Duration,
 ) -> std::io::Result<RingBuf<MapData>> {
     // SAFETY: the ring buffer owns its map fd, which stays open and unchanged
@@ -64,20 +84,20 @@ pub async fn run(
             _ = stop.cancelled() => break,
             _ = tick.tick() => {
                 let mut batch = Vec::with_capacity(1024);
-                drain(afd.get_mut(), &mut batch, &malformed);
-                if !batch.is_empty() && tx.send(batch).await.is_err() {
+                drain(afd.get_mut(), &mut batch, &stats);
+                if !batch.is_empty() && tx.send(Msg::Events(batch)).await.is_err() {
                     break;
                 }
             }
             guard = afd.readable_mut() => {
                 let mut guard = guard?;
                 let mut batch = Vec::with_capacity(1024);
-                drain(guard.get_inner_mut(), &mut batch, &malformed);
+                drain(guard.get_inner_mut(), &mut batch, &stats);
                 guard.clear_ready();
                 // Records that landed between the drain and clear_ready have
                 // already signalled; pick them up now rather than at the next edge.
-                drain(guard.get_inner_mut(), &mut batch, &malformed);
-                if !batch.is_empty() && tx.send(batch).await.is_err() {
+                drain(guard.get_inner_mut(), &mut batch, &stats);
+                if !batch.is_empty() && tx.send(Msg::Events(batch)).await.is_err() {
                     break;
                 }
             }
@@ -85,9 +105,9 @@ pub async fn run(
     }
     let mut ring = afd.into_inner();
     let mut batch = Vec::new();
-    drain(&mut ring, &mut batch, &malformed);
+    drain(&mut ring, &mut batch, &stats);
     if !batch.is_empty() {
-        let _ = tx.send(batch).await;
+        let _ = tx.send(Msg::Events(batch)).await;
     }
     Ok(ring)
 }

@@ -4,12 +4,12 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::Ordering,
     },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use profiler_common::{ContentionEvent, EVENT_CONTENTION, counter};
+use profiler_common::{ContentionEvent, EVENT_CONTENTION, MODE_AGGREGATE, counter};
 use tokio::{
     sync::{mpsc, watch},
     task::JoinHandle,
@@ -18,11 +18,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Aggregator, Limits, Snapshot,
-    reader::{self, Batch},
+    reader::{self, Msg, ReaderStats},
     to_profile,
 };
 use crate::{
-    ebpf::{KernelCounters, KernelStacks, LoadError, LoadOptions, Probes, features::kernel_release},
+    ebpf::{
+        AggMaps, FLIP_GRACE, KernelCounters, KernelStacks, LoadError, LoadOptions, PendingMaps, Probes,
+        features::kernel_release,
+    },
     model::{Meta, Profile},
     symbols::{Kallsyms, Resolver},
 };
@@ -91,12 +94,15 @@ pub struct Session {
     started_unix_s: u64,
     stop: CancellationToken,
     reader: JoinHandle<std::io::Result<aya::maps::RingBuf<aya::maps::MapData>>>,
+    housekeeper: Option<JoinHandle<Housekeeping>>,
     aggregator: JoinHandle<Aggregator>,
+    tx: Option<mpsc::Sender<Msg>>,
     logger: Option<JoinHandle<()>>,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     control: mpsc::Sender<Control>,
-    malformed: Arc<AtomicU64>,
+    reader_stats: Arc<ReaderStats>,
     filters: Vec<String>,
+    mode: &'static str,
 }
 
 /// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
@@ -114,8 +120,72 @@ fn read_trimmed(path: &str) -> String {
     std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+fn apply(agg: &mut Aggregator, msg: Msg) {
+    match msg {
+        Msg::Events(batch) => {
+            for ev in &batch {
+                agg.ingest(ev);
+            }
+        }
+        Msg::Aggregates(recs) => {
+            for (k, v) in &recs {
+                agg.ingest_agg(k, v);
+            }
+        }
+    }
+}
+
+/// Flips the aggregate maps and sends what the inactive one held.
+async fn drain_aggregates(maps: &mut AggMaps, tx: &mpsc::Sender<Msg>) {
+    let idx = match maps.flip() {
+        Ok(i) => i,
+        Err(e) => {
+            log::warn!("{e}");
+            return;
+        }
+    };
+    tokio::time::sleep(FLIP_GRACE).await;
+    let mut out = Vec::new();
+    if let Err(e) = maps.drain(idx, &mut out) {
+        log::warn!("draining aggregates: {e}");
+    }
+    if !out.is_empty() {
+        let _ = tx.send(Msg::Aggregates(out)).await;
+    }
+}
+
+/// Maps serviced every interval by the housekeeping task.
+struct Housekeeping {
+    aggs: Option<AggMaps>,
+    pending: PendingMaps,
+}
+
+/// Every interval: drain the aggregate maps (aggregate mode) and reap the
+/// pending-wait entries of exited threads.
+async fn housekeeping(mut hk: Housekeeping, tx: mpsc::Sender<Msg>, stop: CancellationToken, interval: Duration) -> Housekeeping {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {
+                if let Some(maps) = hk.aggs.as_mut() {
+                    drain_aggregates(maps, &tx).await;
+                }
+                let reaped = hk.pending.reap_exited();
+                if reaped > 0 {
+                    log::debug!("reaped {reaped} pending-wait entries of exited threads");
+                }
+            }
+        }
+    }
+    hk
+}
+
 async fn aggregate(
-    mut rx: mpsc::Receiver<Batch>,
+    mut rx: mpsc::Receiver<Msg>,
     mut ctrl: mpsc::Receiver<Control>,
     mut agg: Aggregator,
     publish: watch::Sender<Arc<Snapshot>>,
@@ -125,16 +195,12 @@ async fn aggregate(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            batch = rx.recv() => match batch {
-                Some(batch) => {
-                    for ev in &batch {
-                        agg.ingest(ev);
-                    }
+            msg = rx.recv() => match msg {
+                Some(msg) => {
+                    apply(&mut agg, msg);
                     // Drain whatever else is queued without waiting.
-                    while let Ok(batch) = rx.try_recv() {
-                        for ev in &batch {
-                            agg.ingest(ev);
-                        }
+                    while let Ok(msg) = rx.try_recv() {
+                        apply(&mut agg, msg);
                     }
                 }
                 None => break,
@@ -178,6 +244,7 @@ impl Session {
     /// Loads, attaches and starts the pipeline. Must run inside a tokio runtime.
     pub fn start(opts: SessionOptions) -> Result<Session, SessionError> {
         let mut probes = Probes::load(&opts.load)?;
+        let aggregate_mode = opts.load.config.mode == MODE_AGGREGATE;
         let kallsyms = Kallsyms::load().unwrap_or_else(|e| {
             log::warn!("{e}; stacks will show raw addresses");
             Kallsyms::default()
@@ -201,8 +268,13 @@ impl Session {
         let (tx, rx) = mpsc::channel(opts.channel_batches.max(1));
         let (ctrl_tx, ctrl_rx) = mpsc::channel(16);
         let (snap_tx, snap_rx) = watch::channel(Arc::new(Snapshot::default()));
-        let malformed = Arc::new(AtomicU64::new(0));
-        let reader = tokio::spawn(reader::run(ring, tx, stop.clone(), malformed.clone(), opts.poll_interval));
+        let reader_stats = Arc::new(ReaderStats::default());
+        let reader = tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval));
+        let hk = Housekeeping {
+            aggs: if aggregate_mode { Some(probes.take_aggregates()?) } else { None },
+            pending: probes.take_pending()?,
+        };
+        let housekeeper = tokio::spawn(housekeeping(hk, tx.clone(), stop.clone(), opts.publish_interval));
         let aggregator =
             tokio::spawn(aggregate(rx, ctrl_rx, Aggregator::new(opts.limits), snap_tx, opts.publish_interval));
         Ok(Session {
@@ -213,12 +285,15 @@ impl Session {
             started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             stop,
             reader,
+            housekeeper: Some(housekeeper),
             aggregator,
+            tx: Some(tx),
             logger,
             snapshots: snap_rx,
             control: ctrl_tx,
-            malformed,
+            reader_stats,
             filters: opts.filters,
+            mode: if aggregate_mode { "aggregate" } else { "stream" },
         })
     }
 
@@ -259,12 +334,13 @@ impl Session {
         let mut drops: std::collections::BTreeMap<String, u64> =
             counters.named().filter(|(n, _)| *n != "events").map(|(n, v)| (n.to_string(), v)).collect();
         drops.insert("open_at_stop".into(), open_at_stop);
-        drops.insert("malformed_records".into(), self.malformed.load(Ordering::Relaxed));
+        drops.insert("malformed_records".into(), self.reader_stats.malformed.load(Ordering::Relaxed));
         drops.insert("userspace_lost".into(), userspace_lost);
         let misses: u64 = self.probes.recursion_misses().values().sum();
         drops.insert("recursion_misses".into(), misses);
         Meta {
             backend: self.backend().to_string(),
+            mode: self.mode.to_string(),
             kernel: kernel_release(),
             hostname: read_trimmed("/proc/sys/kernel/hostname"),
             duration_s: self.started.elapsed().as_secs_f64(),
@@ -286,6 +362,24 @@ impl Session {
         self.probes.detach();
         self.stop.cancel();
         let _ring = (&mut self.reader).await??;
+        let mut pending = None;
+        if let Some(h) = self.housekeeper.take() {
+            let mut hk = h.await?;
+            if let (Some(maps), Some(tx)) = (hk.aggs.as_mut(), &self.tx) {
+                // Programs are detached: both maps are final.
+                for idx in 0..2 {
+                    let mut out = Vec::new();
+                    if let Err(e) = maps.drain(idx, &mut out) {
+                        log::warn!("final drain of aggregates: {e}");
+                    }
+                    if !out.is_empty() {
+                        let _ = tx.send(Msg::Aggregates(out)).await;
+                    }
+                }
+            }
+            pending = Some(hk.pending);
+        }
+        drop(self.tx.take());
         let mut agg = (&mut self.aggregator).await?;
         if let Some(l) = self.logger.take() {
             let _ = l.await;
@@ -293,12 +387,19 @@ impl Session {
 
         let counters = self.probes.counters()?;
         let now = monotonic_ns();
-        let pending = self.probes.pending().unwrap_or_default();
+        let pending = match pending.map(|p| p.open_waits()) {
+            Some(Ok(open)) => open,
+            Some(Err(e)) => {
+                log::warn!("reading waits open at stop: {e}");
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
         let open = pending.len() as u64;
         let submitted = counters.get(counter::EVENTS);
-        let aggregated = agg.events();
-        let malformed = self.malformed.load(Ordering::Relaxed);
-        let userspace_lost = submitted.saturating_sub(aggregated + malformed);
+        let received = self.reader_stats.received.load(Ordering::Relaxed);
+        let malformed = self.reader_stats.malformed.load(Ordering::Relaxed);
+        let userspace_lost = submitted.saturating_sub(received + malformed);
         for p in pending {
             let tid = p.tid;
             let mut comm = [0u8; 16];

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    model::{CallerProfile, LockProfile, Meta, Profile, Stats, TaskProfile},
+    model::{CallerProfile, LockProfile, Meta, Profile, SlowWait, Stats, TaskProfile},
     symbols::{Resolver, StackSource, name_lock},
 };
 
@@ -67,7 +67,34 @@ pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: &mut Resolver<S>, m
     tasks.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.tid.cmp(&b.tid)));
     debug_assert!(tasks.iter().filter(|t| t.tid == OVERFLOW_TID).count() <= 1);
 
-    Profile { meta, locks, tasks }
+    let slowest = snap
+        .slowest
+        .iter()
+        .map(|ev| {
+            let key = super::LockKey::of(ev);
+            let lock = locks
+                .iter()
+                .find(|l| l.addr == key.addr && l.lock_type == key.lock_type && l.mode == key.mode)
+                .map(|l| l.display_name().to_string())
+                .unwrap_or_else(|| format!("{:#x}", key.addr));
+            let rs = resolver.stack(ev.stack_id);
+            SlowWait {
+                wait_ns: ev.wait_ns,
+                end_monotonic_ns: ev.end_ns,
+                addr: ev.lock_addr,
+                lock_type: key.lock_type,
+                mode: key.mode,
+                lock,
+                tid: ev.tid,
+                tgid: ev.tgid,
+                comm: comm_str(&ev.comm),
+                caller: rs.caller.clone(),
+                stack: rs.frames.clone(),
+            }
+        })
+        .collect();
+
+    Profile { meta, locks, tasks, slowest }
 }
 
 /// A NUL-padded kernel comm as a string.

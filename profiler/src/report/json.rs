@@ -71,10 +71,22 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
             })
         })
         .collect();
+    let slowest: Vec<Value> = p
+        .slowest
+        .iter()
+        .map(|w| {
+            json!({
+                "wait_ns": w.wait_ns, "end_monotonic_ns": w.end_monotonic_ns,
+                "addr": format!("{:#x}", w.addr), "type": type_name(w.lock_type), "mode": mode_name(w.mode),
+                "lock": w.lock, "tid": w.tid, "pid": w.tgid, "comm": w.comm, "caller": w.caller, "stack": w.stack,
+            })
+        })
+        .collect();
     let m = &p.meta;
     json!({
         "schema": SCHEMA,
         "backend": m.backend,
+        "mode": m.mode,
         "kernel": m.kernel,
         "hostname": m.hostname,
         "duration_s": m.duration_s,
@@ -85,6 +97,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
         "filters": m.filters,
         "locks": locks,
         "tasks": tasks,
+        "slowest": slowest,
     })
 }
 

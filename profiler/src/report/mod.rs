@@ -186,6 +186,7 @@ pub(crate) mod fixture {
                 events: 9,
                 drops,
                 hold_unavailable: Some("tracepoints see waits only".into()),
+                mode: "aggregate".into(),
                 filters: vec![],
             },
             locks: vec![

@@ -32,11 +32,12 @@ fn header(p: &Profile, out: &mut String) {
     let m = &p.meta;
     let _ = writeln!(
         out,
-        "lockprof: {} contentions on {} locks in {:.2} s (backend {}, kernel {}{})",
+        "lockprof: {} contentions on {} locks in {:.2} s (backend {}{}, kernel {}{})",
         p.contended(),
         p.locks.len(),
         m.duration_s,
         if m.backend.is_empty() { "?" } else { &m.backend },
+        if m.mode.is_empty() { String::new() } else { format!(", {} mode", m.mode) },
         if m.kernel.is_empty() { "?" } else { &m.kernel },
         if m.hostname.is_empty() { String::new() } else { format!(", host {}", m.hostname) },
     );
@@ -69,6 +70,27 @@ fn callers_by_frame<'a>(l: &'a LockProfile, opts: &ReportOptions) -> Vec<(&'a st
     merged
 }
 
+/// The longest individual waits.
+fn slowest(p: &Profile, out: &mut String) {
+    const SHOWN: usize = 5;
+    if p.slowest.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nslowest waits:");
+    for w in p.slowest.iter().take(SHOWN) {
+        let _ = writeln!(
+            out,
+            "{:>11}  {:<13} {}  tid {} ({})  <- {}",
+            fmt_ns(w.wait_ns),
+            type_label(w.lock_type, w.mode),
+            w.lock,
+            w.tid,
+            w.comm,
+            w.caller
+        );
+    }
+}
+
 /// Renders the text report.
 pub fn render_text(p: &Profile, opts: &ReportOptions) -> String {
     let mut out = String::new();
@@ -92,6 +114,7 @@ pub fn render_text(p: &Profile, opts: &ReportOptions) -> String {
                     let _ = writeln!(out, "{:>58}    (+{} more callers)", "", callers.len() - shown);
                 }
             }
+            slowest(p, &mut out);
         }
         By::Caller => {
             let _ = writeln!(out, "{HEADER}  type          caller / lock");
