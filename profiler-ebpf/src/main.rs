@@ -21,14 +21,15 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    AggKey, AggVal, DEFAULT_AGG_ENTRIES, EVENT_AGG_OVERFLOW, EVENT_OUTLIER, MODE_AGGREGATE, MODE_STREAM, hist_bucket,
-    Config, ContentionEvent, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, EVENT_CONTENTION,
-    LockType, PendingWait, STACK_SKIPPED, StackBudget, TaskWait, counter, lcb, task_key,
+    AggKey, AggVal, Config, ContentionEvent, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
+    DEFAULT_STACK_ENTRIES, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, LockType, MODE_AGGREGATE, MODE_STREAM,
+    PendingWait, STACK_SKIPPED, StackBudget, TaskWait, counter, hist_bucket, lcb, task_key,
 };
 
 /// Filters, written by userspace before load.
 #[unsafe(no_mangle)]
-static CONFIG: Global<Config> = Global::new(Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, mode: MODE_STREAM, outlier_ns: 0 });
+static CONFIG: Global<Config> =
+    Global::new(Config { type_mask: u32::MAX, filter_tgid: 0, stacks_per_window: 0, mode: MODE_STREAM, outlier_ns: 0 });
 
 /// Offsets of the classic tracepoint fields, read by userspace from
 /// /sys/kernel/tracing/events/lock/*/format (defaults: 6.x layout).
@@ -217,7 +218,14 @@ fn stack_budget_allows(limit: u32, now: u64) -> bool {
 /// in the task's entry), else the task's last stack for the same lock and
 /// flags, else [`STACK_SKIPPED`].
 #[inline(always)]
-fn stack_for<C: StackIdContext>(ctx: &C, cfg: &Config, now: u64, lock_addr: u64, flags: u32, task: Option<&mut TaskWait>) -> i32 {
+fn stack_for<C: StackIdContext>(
+    ctx: &C,
+    cfg: &Config,
+    now: u64,
+    lock_addr: u64,
+    flags: u32,
+    task: Option<&mut TaskWait>,
+) -> i32 {
     if stack_budget_allows(cfg.stacks_per_window, now) {
         let id = capture_stack(ctx);
         if let Some(t) = task {
@@ -311,6 +319,9 @@ fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u3
 /// Takes the wait on `lock_addr` out of the per-CPU or per-task slot.
 #[inline(always)]
 fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
+    // Whether some wait is pending here: then an end we cannot match is the
+    // end of a nested wait that begin skipped, not an end without a begin.
+    let mut busy = false;
     if let Some(slot) = SPIN_PENDING.get_ptr_mut(0) {
         // SAFETY: this CPU's slot; preemption is disabled.
         let slot = unsafe { &mut *slot };
@@ -319,24 +330,21 @@ fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
             slot.lock_addr = 0;
             return Some(p);
         }
+        busy = slot.lock_addr != 0;
     }
-    let entry = match PENDING.get_ptr_mut(key) {
+    if let Some(e) = PENDING.get_ptr_mut(key) {
         // SAFETY: live map value owned by this task.
-        Some(e) => unsafe { &mut (*e).wait },
-        None => {
-            unmatched_end();
-            return None;
+        let entry = unsafe { &mut (*e).wait };
+        if entry.lock_addr == lock_addr {
+            let p = *entry;
+            entry.lock_addr = 0;
+            return Some(p);
         }
-    };
-    if entry.lock_addr == lock_addr {
-        let p = *entry;
-        entry.lock_addr = 0;
-        return Some(p);
+        busy |= entry.lock_addr != 0;
     }
-    if entry.lock_addr == 0 {
+    if !busy {
         unmatched_end();
     }
-    // Otherwise: the end of a nested wait that begin skipped.
     None
 }
 
@@ -402,6 +410,10 @@ fn add_wait(v: &mut AggVal, wait: u64) {
 /// Folds a wait into this CPU's value in the active aggregate map: CPU-local
 /// work only, since the lock has just been acquired. False if the map is full.
 #[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "passing *v by value would copy the 432-byte value onto the 512-byte BPF stack"
+)]
 fn aggregate(key: &AggKey, wait: u64) -> bool {
     let active = ACTIVE.get(0).copied().unwrap_or(0);
     let map = if active == 0 { &AGG_A } else { &AGG_B };

@@ -21,7 +21,7 @@ use lockprof::{
     pipeline::{Session, SessionOptions},
     workload::{self, Workload},
 };
-use profiler_common::{Config, LockMode, LockType};
+use profiler_common::{Config, LockMode, LockType, MODE_AGGREGATE};
 
 /// Tests share the machine's two CPUs; run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -49,6 +49,22 @@ fn kernel_ready(test: &str) -> bool {
             eprintln!("skipping test {test} - {r}");
             false
         }
+    }
+}
+
+/// Session options as the CLI defaults them: aggregate mode, stack budget.
+fn cli_defaults() -> SessionOptions {
+    SessionOptions {
+        load: LoadOptions {
+            config: Config {
+                mode: MODE_AGGREGATE,
+                stacks_per_window: 1000,
+                outlier_ns: 1_000_000,
+                ..Config::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }
 
@@ -94,8 +110,9 @@ fn pipe_writers_show_the_pipe_mutex_and_its_writers() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = record_during(SessionOptions::default(), Workload::Pipe, 4, 3.0);
+    let p = record_during(cli_defaults(), Workload::Pipe, 4, 3.0);
     assert!(!p.meta.backend.is_empty());
+    assert_eq!(p.meta.mode, "aggregate");
     assert_counters_sane(&p);
     let pipe = p
         .locks
@@ -121,7 +138,7 @@ fn fork_exit_storm_shows_tasklist_lock_by_name() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = record_during(SessionOptions::default(), Workload::Fork, 4, 4.0);
+    let p = record_during(cli_defaults(), Workload::Fork, 4, 4.0);
     assert_counters_sane(&p);
     let tl: Vec<&LockProfile> = p.locks.iter().filter(|l| l.name.as_deref() == Some("tasklist_lock")).collect();
     assert!(
@@ -144,6 +161,27 @@ fn fork_exit_storm_shows_tasklist_lock_by_name() {
     assert!(callers.iter().any(|c| known.contains(c)), "tasklist_lock callers {callers:?}");
     let addrs: std::collections::BTreeSet<u64> = tl.iter().map(|l| l.addr).collect();
     assert_eq!(addrs.len(), 1, "one tasklist_lock, read and write rows: {addrs:x?}");
+}
+
+#[test]
+fn stream_mode_sees_the_same_pipe_mutex() {
+    if !kernel_ready("stream_mode_sees_the_same_pipe_mutex") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = record_during(SessionOptions::default(), Workload::Pipe, 4, 2.0);
+    assert_eq!(p.meta.mode, "stream");
+    assert_counters_sane(&p);
+    let pipe = p
+        .locks
+        .iter()
+        .find(|l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")))
+        .expect("stream mode: pipe mutex");
+    assert!(pipe.wait.count() > 10);
+    // Stream mode sees every wait individually: the slowest list is filled from them.
+    assert!(!p.slowest.is_empty());
+    assert!(p.slowest.windows(2).all(|w| w[0].wait_ns >= w[1].wait_ns));
+    assert!(p.slowest[0].wait_ns <= p.locks.iter().map(|l| l.wait.max_ns()).max().unwrap_or(0));
 }
 
 #[test]
@@ -201,7 +239,10 @@ fn type_filter_keeps_only_that_type() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let opts = SessionOptions {
-        load: LoadOptions { config: Config { type_mask: LockType::Mutex.bit(), ..Config::default() }, ..Default::default() },
+        load: LoadOptions {
+            config: Config { type_mask: LockType::Mutex.bit(), ..Config::default() },
+            ..Default::default()
+        },
         ..Default::default()
     };
     let p = record_during(opts, Workload::Pipe, 4, 2.0);

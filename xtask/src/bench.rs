@@ -193,6 +193,51 @@ fn bench_workload(name: &str, o: &Opts) -> Result<WorkloadResult> {
     Ok(WorkloadResult { name: name.to_string(), median: median_v, spread_pct: spread, max_event_rate, lost, drops })
 }
 
+/// (program id, average ns per run, runs).
+type ProgCost = (u64, f64, u64);
+
+/// Per-program average run time (ns) of a tracer's programs, from fdinfo,
+/// ordered by program id (lockprof attaches contention_end first).
+fn program_costs(pid: u32) -> Vec<ProgCost> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return out };
+    for e in dir.filter_map(|e| e.ok()) {
+        let Ok(info) = std::fs::read_to_string(e.path()) else { continue };
+        let field = |k: &str| info.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
+        if let (Some(_), Some(id), Some(t), Some(c)) =
+            (field("prog_type:"), field("prog_id:"), field("run_time_ns:"), field("run_cnt:"))
+            && c > 0
+        {
+            out.push((id, t as f64 / c as f64, c));
+        }
+    }
+    out.sort_by_key(|x| x.0);
+    out
+}
+
+/// One pipe-storm run per tracer with the kernel's BPF run-time statistics on.
+fn measure_costs(o: &Opts) -> Result<Vec<(&'static str, Vec<ProgCost>)>> {
+    const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let old = std::fs::read_to_string(KNOB).unwrap_or_else(|_| "0".into());
+    std::fs::write(KNOB, "1").context("enabling bpf_stats")?;
+    let mut res = Vec::new();
+    for (name, args) in [
+        ("floor", vec!["bench", "floor"]),
+        ("aggregate", vec!["record", "--format", "json", "--top", "1"]),
+        ("stream", vec!["record", "--format", "json", "--top", "1", "--mode", "stream"]),
+    ] {
+        let mut c = lockprof();
+        c.args(&args);
+        let ready = if name == "floor" { "floor attached" } else { "lockprof: recording" };
+        let t = start_tracer(c, ready)?;
+        let _ = stress("pipe", o.threads, o.duration.min(2.0));
+        res.push((name, program_costs(t.id())));
+        stop_tracer(t)?;
+    }
+    let _ = std::fs::write(KNOB, old.trim());
+    Ok(res)
+}
+
 fn bench_json(args: &[&str]) -> Result<Value> {
     let out = output(lockprof().arg("bench").args(args)).with_context(|| format!("lockprof bench {args:?}"))?;
     serde_json::from_str(out.trim()).context("bench output is not JSON")
@@ -233,6 +278,7 @@ pub fn run(o: &Opts) -> Result<()> {
     let rss10k = bench_json(&["pipeline", "--events", "1000000", "--stacks", "10000"])?;
     let rss100k = bench_json(&["pipeline", "--events", "2000000", "--stacks", "100000"])?;
     let attach = bench_json(&["attach", "--rounds", "5"])?;
+    let costs = measure_costs(o)?;
 
     let targets = |name: &str| match name {
         "pipe" => (0.90, true),
@@ -315,9 +361,56 @@ prio: getpriority calls). *floor* is a BPF program on the same two tracepoints t
         let _ = writeln!(md, "- {} aggregate: `{}`", r.name, r.drops[0]);
         let _ = writeln!(md, "- {} stream: `{}`", r.name, r.drops[1]);
     }
+    let _ = writeln!(
+        md,
+        "\nCost per program run on the pipe storm (kernel bpf_stats, one extra run each; the stats add two clock reads, \
+about 2 x 40 ns here, to every figure):\n"
+    );
+    let _ = writeln!(md, "| tracer | contention_end avg | contention_begin avg | runs (end) |\n|---|---|---|---|");
+    for (name, progs) in &costs {
+        let end = progs.first().map(|p| format!("{:.0} ns", p.1)).unwrap_or_else(|| "-".into());
+        let begin = progs.get(1).map(|p| format!("{:.0} ns", p.1)).unwrap_or_else(|| "-".into());
+        let runs = progs.first().map(|p| p.2).unwrap_or(0);
+        let _ = writeln!(md, "| {name} | {end} | {begin} | {runs} |");
+    }
+    md.push_str(NOTES);
     let _ = writeln!(md, "\nAll targets met: {}.", if all_met { "yes" } else { "no (see rows marked **no**)" });
     print!("{md}");
     std::fs::write(workspace_root().join("BENCHMARKS.md"), &md).context("writing BENCHMARKS.md")?;
     eprintln!("bench: wrote BENCHMARKS.md");
     Ok(())
 }
+
+/// What was tried, and why the pipe storm misses its target (measured while
+/// designing; the table above re-measures the current design every run).
+const NOTES: &str = "
+## Design history and the pipe-storm target
+
+The pipe storm is a mutex ping-pong: untraced it makes about 1M contentions/s on 2 CPUs (the floor's tracepoint hit
+count), so every nanosecond per contention costs about 0.1% of the machine, and anything done after the lock is
+acquired lengthens the critical section and breeds more contention (the traced runs see 1.4-1.7M contentions/s).
+Measured steps, pipe storm, lockprof / untraced:
+
+1. Streaming every wait, per-event ring-buffer wakeups: 0.43x. Submitting with BPF_RB_NO_WAKEUP and polling every
+   50 ms (forced wakeup only when a quarter of the ring is full): ~0.8x.
+2. Per-contention hash insert at begin and delete at end (bucket locks and free lists shared by both CPUs):
+   removing them alone took a stack-less, ring-less variant from 0.64x to ~1.0x. Now spinning waits use a per-CPU
+   slot (they cannot sleep or migrate) and sleeping waits a resident per-task entry, reused.
+3. Kernel stack walk at begin: ~2.2 us per walk here (bpf_get_stack of only 2 frames still costs ~1.5 us: the
+   unwinder's fixed cost dominates). Walking less often is not enough by itself: a cheaper begin raises the
+   contention rate. Now at most --stack-rate walks per second per CPU (default 10k); beyond that the thread's
+   previous stack for the same lock and flags is reused (`stack_reused`) or the wait is kept without a stack
+   (`stack_skipped`).
+4. In-kernel aggregation (default `--mode aggregate`): at contention_end only CPU-local work (a per-CPU hash
+   lookup and in-place update); userspace flips between two maps each second and drains the idle one, so no wait
+   is lost between read and delete. Streaming stays available as `--mode stream`.
+5. Tried and dropped: task-local storage for per-task state (no gain over the resident hash entry, and it would
+   tie the classic-tracepoint fallback to BTF); an LRU map for per-task state (evicted entries of tasks sleeping in
+   a wait under fork churn).
+
+What remains is close to the minimum for a profiler that times waits: two clock reads per contention
+(bpf_ktime_get_ns costs ~40 ns in this VM, measured with a floor variant that only reads the clock twice:
+48 ns -> 113-140 ns per run) plus one map lookup and update on each side. At ~1.5M contentions/s that is about a
+fifth of this 2-CPU machine, hence the miss on this synthetic storm; the fork/exit, unlink and getpriority
+workloads, at realistic rates, are within noise of untraced.
+";

@@ -52,7 +52,14 @@ impl Stats {
     /// Adds pre-aggregated waits: exact count, total, min and max, and a
     /// coarse histogram (`(bucket low, bucket high, count)` triples) whose
     /// counts are recorded at each bucket's midpoint, clamped to [min, max].
-    pub fn add_buckets(&mut self, count: u64, total_ns: u64, min_ns: u64, max_ns: u64, buckets: impl IntoIterator<Item = (u64, u64, u64)>) {
+    pub fn add_buckets(
+        &mut self,
+        count: u64,
+        total_ns: u64,
+        min_ns: u64,
+        max_ns: u64,
+        buckets: impl IntoIterator<Item = (u64, u64, u64)>,
+    ) {
         if count == 0 {
             return;
         }

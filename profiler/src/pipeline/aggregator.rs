@@ -1,7 +1,9 @@
 //! The aggregator: pure, kernel-free folding of contention events into
 //! per-lock, per-caller-stack and per-task statistics with bounded memory.
 
-use profiler_common::{AggKey, AggVal, ContentionEvent, EVENT_OUTLIER, HIST_BUCKETS, LockMode, LockType, hist_bucket_low};
+use profiler_common::{
+    AggKey, AggVal, ContentionEvent, EVENT_OUTLIER, HIST_BUCKETS, LockMode, LockType, hist_bucket_low,
+};
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -101,6 +103,15 @@ pub struct Snapshot {
     pub events: u64,
 }
 
+/// Who waited, from where.
+#[derive(Clone, Copy)]
+struct Waiter<'a> {
+    stack_id: i32,
+    tid: u32,
+    tgid: u32,
+    comm: &'a [u8; 16],
+}
+
 /// Folds events into a [`Snapshot`].
 #[derive(Debug, Default)]
 pub struct Aggregator {
@@ -123,7 +134,8 @@ impl Aggregator {
         if ev.kind == EVENT_OUTLIER {
             return;
         }
-        self.fold(LockKey::of(ev), ev.stack_id, ev.tid, ev.tgid, &ev.comm, 1, |s| s.record(ev.wait_ns));
+        let who = Waiter { stack_id: ev.stack_id, tid: ev.tid, tgid: ev.tgid, comm: &ev.comm };
+        self.fold(LockKey::of(ev), &who, 1, |s| s.record(ev.wait_ns));
     }
 
     /// Adds a drained in-kernel aggregate.
@@ -142,9 +154,8 @@ impl Aggregator {
                 (hist_bucket_low(i), hi, u64::from(v.hist[i]))
             })
         };
-        self.fold(lock, key.stack_id, key.tid, key.tgid, &v.comm, v.count, |s| {
-            s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets())
-        });
+        let who = Waiter { stack_id: key.stack_id, tid: key.tid, tgid: key.tgid, comm: &v.comm };
+        self.fold(lock, &who, v.count, |s| s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets()));
     }
 
     fn note_slow(&mut self, ev: &ContentionEvent) {
@@ -159,7 +170,8 @@ impl Aggregator {
 
     /// Applies `add` to the lock's, the caller's and the task's statistics,
     /// respecting the key limits.
-    fn fold(&mut self, mut key: LockKey, stack_id: i32, tid: u32, tgid: u32, comm: &[u8; 16], n: u64, add: impl Fn(&mut Stats)) {
+    fn fold(&mut self, mut key: LockKey, who: &Waiter<'_>, n: u64, add: impl Fn(&mut Stats)) {
+        let Waiter { stack_id, tid, tgid, comm } = *who;
         let st = &mut self.state;
         st.events += n;
 

@@ -2,10 +2,7 @@
 //! tasks, publish snapshots, and on finish detach, drain, and resolve.
 
 use std::{
-    sync::{
-        Arc,
-        atomic::Ordering,
-    },
+    sync::{Arc, atomic::Ordering},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -162,7 +159,12 @@ struct Housekeeping {
 
 /// Every interval: drain the aggregate maps (aggregate mode) and reap the
 /// pending-wait entries of exited threads.
-async fn housekeeping(mut hk: Housekeeping, tx: mpsc::Sender<Msg>, stop: CancellationToken, interval: Duration) -> Housekeeping {
+async fn housekeeping(
+    mut hk: Housekeeping,
+    tx: mpsc::Sender<Msg>,
+    stop: CancellationToken,
+    interval: Duration,
+) -> Housekeeping {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -269,7 +271,8 @@ impl Session {
         let (ctrl_tx, ctrl_rx) = mpsc::channel(16);
         let (snap_tx, snap_rx) = watch::channel(Arc::new(Snapshot::default()));
         let reader_stats = Arc::new(ReaderStats::default());
-        let reader = tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval));
+        let reader =
+            tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval));
         let hk = Housekeeping {
             aggs: if aggregate_mode { Some(probes.take_aggregates()?) } else { None },
             pending: probes.take_pending()?,

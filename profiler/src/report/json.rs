@@ -146,6 +146,12 @@ mod tests {
         assert_eq!(pipe["class"], "mutex @ anon_pipe_write");
         assert_eq!(pipe["mode"], "exclusive");
         assert_eq!(v["tasks"][0]["comm"], "forker");
+        assert_eq!(v["mode"], "aggregate");
+        let slow = &v["slowest"][0];
+        assert_eq!(slow["wait_ns"], 90_000);
+        assert_eq!(slow["lock"], "tasklist_lock");
+        assert_eq!(slow["type"], "rwlock");
+        assert_eq!(slow["caller"], "copy_process+0x6f1");
     }
 
     #[test]

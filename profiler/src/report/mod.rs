@@ -156,7 +156,7 @@ pub(crate) mod fixture {
     use profiler_common::{LockMode, LockType};
 
     use crate::model::{
-        CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource, Profile, Stats, TaskProfile,
+        CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource, Profile, SlowWait, Stats, TaskProfile,
     };
 
     fn stats(sigfig: u8, values: &[u64]) -> Stats {
@@ -248,6 +248,19 @@ pub(crate) mod fixture {
                     wait: stats(DETAIL_SIGFIG, &pipe),
                 },
             ],
+            slowest: vec![SlowWait {
+                wait_ns: 90_000,
+                end_monotonic_ns: 123_456_789,
+                addr: 0xffffffff82a00000,
+                lock_type: LockType::Rwlock,
+                mode: LockMode::Write,
+                lock: "tasklist_lock".into(),
+                tid: 4242,
+                tgid: 4240,
+                comm: "forker".into(),
+                caller: "copy_process+0x6f1".into(),
+                stack: vec!["queued_write_lock_slowpath+0x70".into(), "copy_process+0x6f1".into()],
+            }],
         }
     }
 }

@@ -151,7 +151,7 @@ mod tests {
     fn lock_view_golden() {
         let got = render_text(&fixture::profile(), &ReportOptions::default());
         let want = "\
-lockprof: 9 contentions on 2 locks in 5.00 s (backend tp_btf, kernel 6.18.0-test, host testhost)
+lockprof: 9 contentions on 2 locks in 5.00 s (backend tp_btf, aggregate mode, kernel 6.18.0-test, host testhost)
 counters: stack_failed=2
 hold times: not available (tracepoints see waits only)
 
@@ -161,6 +161,9 @@ hold times: not available (tracepoints see waits only)
          2     4.00 us     3.00 us     2.00 us     3.00 us    <- release_task+0x5a
          4     3.20 us     1.10 us      800 ns     1.10 us  mutex         mutex @ anon_pipe_write @ 0xffff888004a1b2c0
          4     3.20 us     1.10 us      800 ns     1.10 us    <- anon_pipe_write+0x1c4
+
+slowest waits:
+    90.0 us  rwlock:W      tasklist_lock  tid 4242 (forker)  <- copy_process+0x6f1
 ";
         assert_eq!(got, want, "\n{got}");
     }

@@ -22,7 +22,8 @@ pub enum Workload {
     Fork,
     /// Threads creating and unlinking files in one directory (the directory's i_rwsem).
     Unlink,
-    /// getpriority(PRIO_PGRP) readers against a fork/exit thread (tasklist_lock read side).
+    /// getpriority(PRIO_PGRP) readers against a fork/exit thread (tasklist_lock read side);
+    /// the process moves into a process group of its own.
     Prio,
 }
 
@@ -97,6 +98,12 @@ pub fn run(w: Workload, threads: usize, duration: Duration, stop: Arc<AtomicBool
             handles.push(joiner);
         }
         Workload::Fork | Workload::Prio => {
+            if w == Workload::Prio {
+                // getpriority(PRIO_PGRP) walks every thread of the process
+                // group: make that group ours alone, or the threads of
+                // whatever started us (a tracer, say) are walked too.
+                syscalls::own_process_group()?;
+            }
             let forkers = if w == Workload::Fork { threads } else { 1 };
             for _ in 0..forkers {
                 let (ops, done) = (ops.clone(), done.clone());

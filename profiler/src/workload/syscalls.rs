@@ -56,3 +56,10 @@ pub(super) fn getpriority_pgrp() {
         libc::getpriority(libc::PRIO_PGRP, 0);
     }
 }
+
+/// setpgid(0, 0): become the leader of a new process group.
+pub(super) fn own_process_group() -> std::io::Result<()> {
+    // SAFETY: setpgid on ourselves has no memory-safety preconditions.
+    let rc = unsafe { libc::setpgid(0, 0) };
+    if rc != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
