@@ -271,7 +271,16 @@ fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u3
         if merge_begin(slot, lock_addr, flags) {
             // The task entry is only consulted when the stack budget is spent.
             let task = if stack_budget_allows(cfg.stacks_per_window, now) {
-                *slot = wait(capture_stack(ctx));
+                let id = capture_stack(ctx);
+                *slot = wait(id);
+                // Remember it for this thread, for when the budget is spent.
+                if let Some(t) = PENDING.get_ptr_mut(key) {
+                    // SAFETY: live map value owned by this task (see below).
+                    let t = unsafe { &mut *t };
+                    t.last_lock = lock_addr;
+                    t.last_flags = flags;
+                    t.last_stack_id = id;
+                }
                 return Ok(0);
             } else {
                 // SAFETY: live map value owned by this task (see below).

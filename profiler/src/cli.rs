@@ -29,6 +29,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Render a saved recording.
     Report(ReportArgs),
+    /// Flamegraph (SVG via inferno) and folded stacks of a recording, a live run, or a before/after pair.
+    Flamegraph(FlamegraphArgs),
     /// Show what this kernel supports, trying each backend for real.
     Doctor(DoctorArgs),
     /// Generate lock contention (pipe, fork, unlink, prio) for demos, tests and benchmarks.
@@ -159,9 +161,47 @@ pub struct ReportArgs {
     /// Recording written by `lockprof record --output`.
     #[arg(long, short, value_name = "FILE")]
     pub input: PathBuf,
+    /// Write the report here instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// Report options.
     #[command(flatten)]
     pub view: ViewArgs,
+}
+
+/// `lockprof flamegraph`.
+#[derive(Debug, Args)]
+pub struct FlamegraphArgs {
+    /// Recording to draw (default: record the live kernel for --duration).
+    #[arg(long, short, value_name = "FILE", conflicts_with_all = ["duration", "diff"])]
+    pub input: Option<PathBuf>,
+    /// Record the live kernel for this many seconds (needs root).
+    #[arg(long, short, value_name = "SECS", conflicts_with = "diff")]
+    pub duration: Option<f64>,
+    /// Differential flamegraph of two recordings (widths from AFTER; red grew, blue shrank).
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"])]
+    pub diff: Option<Vec<PathBuf>>,
+    /// Frame width: wait time, hold time or contention count.
+    #[arg(long, value_enum, default_value_t = crate::export::Metric::Wait)]
+    pub metric: crate::export::Metric,
+    /// SVG output (default: lockprof.svg when --folded is not given either).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Folded-stack output (FlameGraph format).
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+    /// Only this lock: name (tasklist_lock), class, or hex address.
+    #[arg(long = "lock", short = 'L', value_name = "NAME|ADDR")]
+    pub lock: Option<String>,
+    /// Only these lock types, comma separated.
+    #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',')]
+    pub types: Vec<String>,
+    /// Put the lock at the root instead of the leaf.
+    #[arg(long)]
+    pub lock_root: bool,
+    /// Keep +0xoff on frames (default: merge call sites by function).
+    #[arg(long)]
+    pub offsets: bool,
 }
 
 /// `lockprof doctor`.
@@ -240,6 +280,35 @@ mod tests {
         for b in ["auto", "tp_btf", "tracepoint"] {
             parse(&["record", "--backend", b]).expect(b);
         }
+    }
+
+    #[test]
+    fn flamegraph_options() {
+        let cli = parse(&[
+            "flamegraph",
+            "--input",
+            "r",
+            "--metric",
+            "count",
+            "--folded",
+            "f",
+            "-L",
+            "tasklist_lock",
+            "--lock-root",
+        ])
+        .expect("parse");
+        let Command::Flamegraph(f) = cli.command else { panic!("not flamegraph") };
+        assert_eq!(f.metric, crate::export::Metric::Count);
+        assert_eq!(f.lock.as_deref(), Some("tasklist_lock"));
+        assert!(f.lock_root);
+        let cli = parse(&["flamegraph", "--diff", "a", "b", "-o", "d.svg"]).expect("parse diff");
+        let Command::Flamegraph(f) = cli.command else { panic!("not flamegraph") };
+        assert_eq!(f.diff.map(|d| d.len()), Some(2));
+        assert!(parse(&["flamegraph", "--diff", "a"]).is_err(), "--diff needs two files");
+        assert!(parse(&["flamegraph", "--input", "a", "--diff", "a", "b"]).is_err(), "input and diff conflict");
+        let cli = parse(&["report", "--input", "a", "--format", "pprof", "--output", "p.pb.gz"]).expect("pprof");
+        let Command::Report(r) = cli.command else { panic!("not report") };
+        assert_eq!(r.view.format, Format::Pprof);
     }
 
     #[test]

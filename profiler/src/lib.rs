@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod commands;
 pub mod ebpf;
+pub mod export;
 pub mod model;
 pub mod pipeline;
 pub mod recording;

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         Command::Doctor(a) => commands::doctor(a),
         Command::Stress(a) => commands::stress(a),
         Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a, cli.verbose))),
+        Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a, cli.verbose))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(commands::bench(a))),
     };
     match result {

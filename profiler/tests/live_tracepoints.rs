@@ -438,3 +438,91 @@ fn bad_input_fails_before_attaching() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn flamegraph_folded_pprof_and_diff_of_a_pipe_storm() {
+    use std::io::Read as _;
+
+    use prost::Message as _;
+    if !kernel_ready("flamegraph_folded_pprof_and_diff_of_a_pipe_storm") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("lockprof-fg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmpdir");
+    let mut stress = lockprof()
+        .args(["stress", "pipe", "--threads", "4", "--duration", "5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("stress");
+    for (name, mode) in [("a", "aggregate"), ("b", "stream")] {
+        let out = lockprof()
+            .args(["record", "--duration", "1.5", "--mode", mode, "--output"])
+            .arg(dir.join(format!("{name}.lockprof")))
+            .output()
+            .expect("record");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let _ = stress.wait();
+    let rec = dir.join("a.lockprof");
+
+    let out = lockprof()
+        .arg("flamegraph")
+        .arg("--input")
+        .arg(&rec)
+        .arg("--folded")
+        .arg(dir.join("a.folded"))
+        .arg("--output")
+        .arg(dir.join("a.svg"))
+        .output()
+        .expect("flamegraph");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let folded = std::fs::read_to_string(dir.join("a.folded")).expect("folded");
+    let folded_sum: u64 =
+        folded.lines().map(|l| l.rsplit(' ').next().and_then(|w| w.parse::<u64>().ok()).expect("weight")).sum();
+    assert!(
+        folded.lines().any(|l| l.contains("pipe_write") && l.ends_with(char::is_numeric)),
+        "pipe write path: {folded}"
+    );
+    let json = lockprof().args(["report", "--format", "json", "--input"]).arg(&rec).output().expect("report");
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    let total: u64 =
+        v["locks"].as_array().expect("locks").iter().map(|l| l["wait_total_ns"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(folded_sum, total, "folded weights sum to the report's wait_total_ns");
+    let svg = std::fs::read_to_string(dir.join("a.svg")).expect("svg");
+    assert!(svg.starts_with("<?xml") && svg.contains("pipe_write") && svg.contains("Lock wait time (ns)"));
+
+    let pb = dir.join("a.pb.gz");
+    let out = lockprof()
+        .args(["report", "--format", "pprof", "--input"])
+        .arg(&rec)
+        .arg("--output")
+        .arg(&pb)
+        .output()
+        .expect("pprof");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&pb).expect("open")).read_to_end(&mut raw).expect("gunzip");
+    let prof = lockprof::export::proto::Profile::decode(raw.as_slice()).expect("decode");
+    let delay: i64 = prof.sample.iter().map(|s| s.value[1]).sum();
+    let count: i64 = prof.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(delay as u64, total);
+    assert_eq!(
+        count as u64,
+        v["locks"].as_array().expect("locks").iter().map(|l| l["contended"].as_u64().unwrap_or(0)).sum::<u64>()
+    );
+
+    let out = lockprof()
+        .arg("flamegraph")
+        .arg("--diff")
+        .arg(&rec)
+        .arg(dir.join("b.lockprof"))
+        .arg("--output")
+        .arg(dir.join("d.svg"))
+        .output()
+        .expect("diff");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = std::fs::read_to_string(dir.join("d.svg")).expect("diff svg");
+    assert!(d.contains("differential") && d.contains("pipe_write"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

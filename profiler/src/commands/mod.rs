@@ -2,12 +2,14 @@
 
 mod bench;
 mod doctor;
+mod flamegraph;
 mod record;
 mod report;
 mod stress;
 
 pub use bench::bench;
 pub use doctor::doctor;
+pub use flamegraph::flamegraph;
 pub use record::record;
 pub use report::report;
 pub use stress::stress;
@@ -34,11 +36,37 @@ pub(crate) fn report_options(v: &ViewArgs) -> ReportOptions {
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print_stdout(s: &str) -> std::io::Result<()> {
+    write_stdout(s.as_bytes())
+}
+
+/// Writes bytes to stdout; a closed pipe (`| head`) is not an error.
+pub(crate) fn write_stdout(b: &[u8]) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+    match out.write_all(b).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
     }
+}
+
+/// Binary output must not go to a terminal: checked before any work is done.
+pub(crate) fn check_binary_stdout(format: crate::report::Format, to_file: bool) -> Result<(), UsageError> {
+    use std::io::IsTerminal as _;
+    if format == crate::report::Format::Pprof && !to_file && std::io::stdout().is_terminal() {
+        return Err(UsageError(
+            "pprof output is binary: redirect stdout to a file, or use `lockprof report --input REC --format pprof --output FILE`"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes a rendered report to `path`, or stdout.
+pub(crate) fn emit(bytes: &[u8], path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    match path {
+        Some(p) => std::fs::write(p, bytes).map_err(|e| UsageError(format!("cannot write {}: {e}", p.display())))?,
+        None => write_stdout(bytes)?,
+    }
+    Ok(())
 }
 
 /// Waits for `duration` (forever if `None`) or SIGINT/SIGTERM, whichever is first.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use profiler_common::{Config, LockType, MODE_AGGREGATE, MODE_STREAM};
 
-use super::{UsageError, print_stdout, report_options};
+use super::{UsageError, report_options};
 use crate::{
     cli::{Mode, RecordArgs},
     ebpf::LoadOptions,
@@ -82,6 +82,13 @@ pub(crate) fn session_options(args: &RecordArgs, verbose: u8) -> Result<SessionO
 
 /// Records until the duration ends or a signal arrives, then reports.
 pub async fn record(args: &RecordArgs, verbose: u8) -> anyhow::Result<()> {
+    super::check_binary_stdout(args.view.format, false)?;
+    let profile = record_profile(args, verbose).await?;
+    super::emit(&render(&profile, &report_options(&args.view))?, None)
+}
+
+/// Records until the duration ends or a signal arrives; saves `--output`.
+pub(crate) async fn record_profile(args: &RecordArgs, verbose: u8) -> anyhow::Result<crate::model::Profile> {
     let opts = session_options(args, verbose)?;
     let output = match &args.output {
         Some(p) => Some(OutputFile::open(p).map_err(|e| UsageError(format!("cannot write the recording: {e}")))?),
@@ -100,8 +107,7 @@ pub async fn record(args: &RecordArgs, verbose: u8) -> anyhow::Result<()> {
         let path = out.save(&profile)?;
         eprintln!("lockprof: recording saved to {}", path.display());
     }
-    print_stdout(&render(&profile, &report_options(&args.view)))?;
-    Ok(())
+    Ok(profile)
 }
 
 #[cfg(test)]

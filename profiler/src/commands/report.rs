@@ -2,11 +2,11 @@
 
 use crate::{cli::ReportArgs, recording, report::render};
 
-use super::{UsageError, print_stdout, report_options};
+use super::{UsageError, check_binary_stdout, emit, report_options};
 
-/// Loads `--input` and prints it in the chosen view.
+/// Loads `--input` and prints it (or writes `--output`) in the chosen view.
 pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
+    check_binary_stdout(args.view.format, args.output.is_some())?;
     let profile = recording::load(&args.input).map_err(|e| UsageError(e.to_string()))?;
-    print_stdout(&render(&profile, &report_options(&args.view)))?;
-    Ok(())
+    emit(&render(&profile, &report_options(&args.view))?, args.output.as_deref())
 }

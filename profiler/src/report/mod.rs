@@ -24,6 +24,8 @@ pub enum Format {
     Json,
     /// Comma-separated values with a header row.
     Csv,
+    /// Gzipped pprof profile.proto (binary): `go tool pprof`, Pyroscope, Parca.
+    Pprof,
 }
 
 /// Rows of a report.
@@ -99,12 +101,13 @@ impl Default for ReportOptions {
 }
 
 /// Renders a profile in the chosen format.
-pub fn render(p: &Profile, opts: &ReportOptions) -> String {
-    match opts.format {
-        Format::Text => render_text(p, opts),
-        Format::Json => render_json(p, opts),
-        Format::Csv => render_csv(p, opts),
-    }
+pub fn render(p: &Profile, opts: &ReportOptions) -> std::io::Result<Vec<u8>> {
+    Ok(match opts.format {
+        Format::Text => render_text(p, opts).into_bytes(),
+        Format::Json => render_json(p, opts).into_bytes(),
+        Format::Csv => render_csv(p, opts).into_bytes(),
+        Format::Pprof => crate::export::encode_pprof(p)?,
+    })
 }
 
 /// Locks sorted by the chosen key (stable tie-break on address), cut to `top`.

@@ -93,8 +93,12 @@ fn share(callers: &[(String, u64)], set: &[&str]) -> f64 {
 
 /// Names a lock. `callers` holds (caller function name, contentions), any order.
 pub fn name_lock(addr: u64, ty: LockType, _mode: LockMode, callers: &[(String, u64)], ks: &Kallsyms) -> LockName {
-    let top =
-        callers.iter().max_by_key(|(f, n)| (*n, std::cmp::Reverse(f.clone()))).map(|(f, _)| base_name(f).to_string());
+    // Placeholders such as "[stack not captured ...]" are not call sites.
+    let top = callers
+        .iter()
+        .filter(|(f, _)| !f.starts_with('['))
+        .max_by_key(|(f, n)| (*n, std::cmp::Reverse(f.clone())))
+        .map(|(f, _)| base_name(f).to_string());
     let class = match &top {
         Some(f) => format!("{} @ {f}", type_name(ty)),
         None => format!("{} @ {addr:#x}", type_name(ty)),
@@ -169,6 +173,13 @@ mod tests {
         let n = name_lock(0x2000, LockType::Rwsem, LockMode::Write, &c, &Kallsyms::default());
         assert_eq!(n.name.as_deref(), Some("i_rwsem"));
         assert_eq!(n.source, Some(NameSource::Inferred));
+    }
+
+    #[test]
+    fn placeholders_never_name_the_class() {
+        let c = callers(&[("[stack not captured: --stack-rate budget spent]", 100), ("__task_rq_lock", 3)]);
+        let n = name_lock(0xabc, LockType::Spinlock, LockMode::Exclusive, &c, &Kallsyms::default());
+        assert_eq!(n.class, "spinlock @ __task_rq_lock");
     }
 
     #[test]

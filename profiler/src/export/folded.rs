@@ -1,0 +1,175 @@
+//! Folded stacks (FlameGraph format): `root;...;leaf weight`, one line per stack.
+
+use std::collections::BTreeMap;
+
+use profiler_common::LockType;
+
+use super::ExportError;
+use crate::model::{CallerProfile, LockProfile, Profile, type_label};
+
+/// What a frame's width means.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Metric {
+    /// Total wait time, ns.
+    #[default]
+    Wait,
+    /// Total hold time, ns (backends that see releases).
+    Hold,
+    /// Number of contentions.
+    Count,
+}
+
+impl Metric {
+    /// Unit of the weights.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Wait | Metric::Hold => "ns",
+            Metric::Count => "contentions",
+        }
+    }
+
+    /// Title for the flamegraph.
+    pub fn title(self) -> &'static str {
+        match self {
+            Metric::Wait => "Lock wait time (ns)",
+            Metric::Hold => "Lock hold time (ns)",
+            Metric::Count => "Lock contentions (count)",
+        }
+    }
+}
+
+/// Which stacks and how.
+#[derive(Clone, Debug, Default)]
+pub struct FoldOptions {
+    /// Weight.
+    pub metric: Metric,
+    /// Lock frame at the root instead of the leaf.
+    pub lock_root: bool,
+    /// Keep `+0xoff` on frames (default: function names only, so call sites merge).
+    pub offsets: bool,
+    /// Only locks whose name, class or address matches.
+    pub lock: Option<String>,
+    /// Only these lock types (empty: all).
+    pub types: Vec<LockType>,
+}
+
+/// Whether `l` matches a `--lock` filter: its name, class or hex address.
+pub fn lock_matches(l: &LockProfile, filter: &str) -> bool {
+    let f = filter.trim();
+    if let Some(hex) = f.strip_prefix("0x").or_else(|| f.strip_prefix("0X")) {
+        return u64::from_str_radix(hex, 16).is_ok_and(|a| a == l.addr);
+    }
+    l.name.as_deref() == Some(f) || l.class == f
+}
+
+fn clean(frame: &str, offsets: bool) -> String {
+    let f = if offsets { frame } else { frame.split("+0x").next().unwrap_or(frame) };
+    f.replace(';', ":").replace(['\n', '\r'], " ")
+}
+
+fn weight(l: &LockProfile, c: &CallerProfile, m: Metric) -> Result<u64, ExportError> {
+    Ok(match m {
+        Metric::Wait => c.wait.total_ns(),
+        Metric::Count => c.wait.count(),
+        Metric::Hold => match &c.hold {
+            Some(h) => h.total_ns(),
+            None => return Err(ExportError::NoHold(format!("lock {}", l.display_name()))),
+        },
+    })
+}
+
+/// Folded lines, sorted, identical stacks merged.
+pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
+    if o.metric == Metric::Hold && p.locks.iter().all(|l| l.hold.is_none()) {
+        return Err(ExportError::NoHold(
+            p.meta.hold_unavailable.clone().unwrap_or_else(|| "backend sees waits only".into()),
+        ));
+    }
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    for l in &p.locks {
+        if o.lock.as_deref().is_some_and(|f| !lock_matches(l, f)) {
+            continue;
+        }
+        if !o.types.is_empty() && !o.types.contains(&l.lock_type) {
+            continue;
+        }
+        let lock_frame = clean(&format!("{} [{}]", l.display_name(), type_label(l.lock_type, l.mode)), true);
+        for c in &l.callers {
+            let w = weight(l, c, o.metric)?;
+            if w == 0 {
+                continue;
+            }
+            let mut frames: Vec<String> = if c.stack.is_empty() {
+                vec![clean(&c.caller, o.offsets)]
+            } else {
+                c.stack.iter().rev().map(|f| clean(f, o.offsets)).collect()
+            };
+            if o.lock_root {
+                frames.insert(0, lock_frame.clone());
+            } else {
+                frames.push(lock_frame.clone());
+            }
+            *merged.entry(frames.join(";")).or_default() += w;
+        }
+    }
+    Ok(merged.into_iter().map(|(k, v)| format!("{k} {v}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixture;
+
+    #[test]
+    fn golden_wait_lines() {
+        let lines = folded_lines(&fixture::profile(), &FoldOptions::default()).expect("fold");
+        assert_eq!(
+            lines,
+            [
+                "kernel_clone;copy_process;queued_write_lock_slowpath;tasklist_lock [rwlock:W] 96000",
+                "release_task;queued_write_lock_slowpath;tasklist_lock [rwlock:W] 4000",
+                "vfs_write;anon_pipe_write;__mutex_lock.constprop.0;mutex @ anon_pipe_write [mutex] 3200",
+            ]
+        );
+    }
+
+    #[test]
+    fn weights_sum_to_the_lock_totals() {
+        let p = fixture::profile();
+        for m in [Metric::Wait, Metric::Count] {
+            let lines = folded_lines(&p, &FoldOptions { metric: m, ..Default::default() }).expect("fold");
+            let sum: u64 =
+                lines.iter().map(|l| l.rsplit(' ').next().and_then(|w| w.parse::<u64>().ok()).unwrap_or(0)).sum();
+            let want: u64 =
+                p.locks.iter().map(|l| if m == Metric::Wait { l.wait.total_ns() } else { l.wait.count() }).sum();
+            assert_eq!(sum, want, "{m:?}");
+        }
+    }
+
+    #[test]
+    fn lock_root_offsets_and_filters() {
+        let p = fixture::profile();
+        let o =
+            FoldOptions { lock_root: true, offsets: true, lock: Some("tasklist_lock".into()), ..Default::default() };
+        let lines = folded_lines(&p, &o).expect("fold");
+        assert_eq!(lines.len(), 2);
+        assert!(lines.iter().all(|l| l.starts_with("tasklist_lock [rwlock:W];")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains("copy_process+0x6f1")));
+        let by_addr = FoldOptions { lock: Some("0xffff888004a1b2c0".into()), ..Default::default() };
+        assert_eq!(folded_lines(&p, &by_addr).expect("fold").len(), 1);
+        let by_type = FoldOptions { types: vec![LockType::Mutex], ..Default::default() };
+        assert!(folded_lines(&p, &by_type).expect("fold").iter().all(|l| l.contains("[mutex]")));
+    }
+
+    #[test]
+    fn hold_without_hold_times_is_a_clear_error() {
+        let err = folded_lines(&fixture::profile(), &FoldOptions { metric: Metric::Hold, ..Default::default() })
+            .expect_err("no hold");
+        assert!(err.to_string().contains("no hold times"), "{err}");
+    }
+
+    #[test]
+    fn empty_profile_has_no_lines() {
+        assert!(folded_lines(&Profile::default(), &FoldOptions::default()).expect("fold").is_empty());
+    }
+}

@@ -1,0 +1,20 @@
+//! Exports: folded stacks, flamegraph SVGs (inferno) and pprof profiles.
+
+mod folded;
+mod pprof;
+mod svg;
+
+pub use folded::{FoldOptions, Metric, folded_lines};
+pub use pprof::{encode_pprof, pprof_profile, proto};
+pub use svg::{SvgOptions, diff_svg, svg};
+
+/// Export errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Hold times were asked for but the recording has none.
+    #[error("this recording has no hold times ({0}); use --metric wait or count")]
+    NoHold(String),
+    /// Writing the SVG failed.
+    #[error("drawing the flamegraph: {0}")]
+    Svg(#[from] std::io::Error),
+}

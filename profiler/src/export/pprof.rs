@@ -1,0 +1,285 @@
+//! pprof export: a gzipped `profile.proto` with the sample types of Go's
+//! mutex profile (`contentions/count`, `delay/nanoseconds`), readable by
+//! `go tool pprof`, Pyroscope and Parca. Encoding is done by prost.
+
+use std::{collections::HashMap, io::Write};
+
+use flate2::{Compression, write::GzEncoder};
+use prost::Message;
+
+use crate::model::{Profile, type_label};
+
+/// The messages of pprof's profile.proto that lockprof writes.
+pub mod proto {
+    /// A profile.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        /// Sample types (one per value in each sample).
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        /// Samples.
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        /// Mappings.
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        /// Locations.
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        /// Functions.
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        /// Strings; index 0 is "".
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        /// Collection time, ns since the epoch.
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        /// Duration, ns.
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        /// What one period is.
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        /// Period.
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        /// Comments (string indices).
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+        /// Default sample type (string index).
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+    }
+
+    /// A (type, unit) pair of string indices.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueType {
+        /// Type.
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        /// Unit.
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    /// One sample: a stack (leaf first) and its values.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// Location ids, leaf first.
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        /// Values, one per sample type.
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        /// Labels.
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    /// A label.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        /// Key (string index).
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        /// String value (string index).
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+        /// Numeric value.
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+    }
+
+    /// A memory mapping (one: the kernel).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        /// Id.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// File name (string index).
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        /// Functions are symbolized.
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+    }
+
+    /// A location: one symbolized frame.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        /// Id.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// Mapping id.
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        /// Lines (one).
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+    }
+
+    /// A line of a location.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Line {
+        /// Function id.
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+    }
+
+    /// A function.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        /// Id.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// Name (string index).
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        /// System name (string index).
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    p: proto::Profile,
+    strings: HashMap<String, i64>,
+    functions: HashMap<String, u64>,
+    locations: HashMap<String, u64>,
+}
+
+impl Builder {
+    fn s(&mut self, v: &str) -> i64 {
+        if let Some(&i) = self.strings.get(v) {
+            return i;
+        }
+        let i = self.p.string_table.len() as i64;
+        self.p.string_table.push(v.to_string());
+        self.strings.insert(v.to_string(), i);
+        i
+    }
+
+    /// A location per distinct frame text (`function+0xoff`), a function per name.
+    fn location(&mut self, frame: &str) -> u64 {
+        if let Some(&id) = self.locations.get(frame) {
+            return id;
+        }
+        let func = frame.split("+0x").next().unwrap_or(frame).to_string();
+        let fid = match self.functions.get(&func) {
+            Some(&id) => id,
+            None => {
+                let id = self.p.function.len() as u64 + 1;
+                let name = self.s(&func);
+                self.p.function.push(proto::Function { id, name, system_name: name });
+                self.functions.insert(func, id);
+                id
+            }
+        };
+        let id = self.p.location.len() as u64 + 1;
+        self.p.location.push(proto::Location { id, mapping_id: 1, line: vec![proto::Line { function_id: fid }] });
+        self.locations.insert(frame.to_string(), id);
+        id
+    }
+}
+
+/// The profile as pprof messages (not yet encoded).
+pub fn pprof_profile(profile: &Profile) -> proto::Profile {
+    let mut b = Builder::default();
+    b.s("");
+    let (contentions, count, delay, ns) = (b.s("contentions"), b.s("count"), b.s("delay"), b.s("nanoseconds"));
+    b.p.sample_type =
+        vec![proto::ValueType { r#type: contentions, unit: count }, proto::ValueType { r#type: delay, unit: ns }];
+    b.p.period_type = Some(proto::ValueType { r#type: contentions, unit: count });
+    b.p.period = 1;
+    b.p.default_sample_type = delay;
+    let kernel = b.s("[kernel.kallsyms]");
+    b.p.mapping = vec![proto::Mapping { id: 1, filename: kernel, has_functions: true }];
+    b.p.time_nanos = (profile.meta.started_unix_s as i64).saturating_mul(1_000_000_000);
+    b.p.duration_nanos = (profile.meta.duration_s * 1e9) as i64;
+    let comment = format!(
+        "lockprof {} on {} ({}, {} mode)",
+        env!("CARGO_PKG_VERSION"),
+        profile.meta.kernel,
+        profile.meta.backend,
+        profile.meta.mode
+    );
+    let c = b.s(&comment);
+    b.p.comment = vec![c];
+    let (k_lock, k_type, k_addr) = (b.s("lock"), b.s("lock_type"), b.s("lock_addr"));
+    for l in &profile.locks {
+        let (lock, ty, addr) =
+            (b.s(l.display_name()), b.s(&type_label(l.lock_type, l.mode)), b.s(&format!("{:#x}", l.addr)));
+        for c in &l.callers {
+            let frames: Vec<&str> =
+                if c.stack.is_empty() { vec![c.caller.as_str()] } else { c.stack.iter().map(String::as_str).collect() };
+            let location_id = frames.iter().map(|f| b.location(f)).collect();
+            b.p.sample.push(proto::Sample {
+                location_id,
+                value: vec![c.wait.count() as i64, c.wait.total_ns().min(i64::MAX as u64) as i64],
+                label: vec![
+                    proto::Label { key: k_lock, str: lock, num: 0 },
+                    proto::Label { key: k_type, str: ty, num: 0 },
+                    proto::Label { key: k_addr, str: addr, num: 0 },
+                ],
+            });
+        }
+    }
+    b.p
+}
+
+/// Gzipped, encoded pprof profile.
+pub fn encode_pprof(profile: &Profile) -> std::io::Result<Vec<u8>> {
+    let bytes = pprof_profile(profile).encode_to_vec();
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&bytes)?;
+    gz.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+    use crate::report::fixture;
+
+    fn decode(gz: &[u8]) -> proto::Profile {
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz).read_to_end(&mut raw).expect("gunzip");
+        proto::Profile::decode(raw.as_slice()).expect("decode")
+    }
+
+    #[test]
+    fn decodes_back_to_the_same_totals() {
+        let p = fixture::profile();
+        let d = decode(&encode_pprof(&p).expect("encode"));
+        let st = |i: i64| d.string_table[i as usize].as_str();
+        assert_eq!(st(d.sample_type[0].r#type), "contentions");
+        assert_eq!(st(d.sample_type[0].unit), "count");
+        assert_eq!(st(d.sample_type[1].r#type), "delay");
+        assert_eq!(st(d.sample_type[1].unit), "nanoseconds");
+        assert_eq!(d.string_table[0], "");
+        let count: i64 = d.sample.iter().map(|s| s.value[0]).sum();
+        let delay: i64 = d.sample.iter().map(|s| s.value[1]).sum();
+        assert_eq!(count as u64, p.contended());
+        assert_eq!(delay as u64, p.locks.iter().map(|l| l.wait.total_ns()).sum::<u64>());
+        // Every sample's leaf is a known function, and the lock is a label.
+        let tl = d
+            .sample
+            .iter()
+            .find(|s| s.label.iter().any(|l| st(l.key) == "lock" && st(l.str) == "tasklist_lock"))
+            .expect("tasklist_lock sample");
+        let leaf = &d.location[(tl.location_id[0] - 1) as usize];
+        let func = &d.function[(leaf.line[0].function_id - 1) as usize];
+        assert_eq!(st(func.name), "queued_write_lock_slowpath");
+        assert_eq!(d.duration_nanos, 5_000_000_000);
+    }
+
+    #[test]
+    fn empty_recording_is_a_valid_empty_profile() {
+        let d = decode(&encode_pprof(&Profile::default()).expect("encode"));
+        assert!(d.sample.is_empty());
+        assert_eq!(d.sample_type.len(), 2);
+    }
+}
