@@ -29,6 +29,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Render a saved recording.
     Report(ReportArgs),
+    /// Live dashboard (ratatui): locks, callers, tasks; sort, filter, expand (needs root).
+    Top(TopArgs),
     /// Flamegraph (SVG via inferno) and folded stacks of a recording, a live run, or a before/after pair.
     Flamegraph(FlamegraphArgs),
     /// Show what this kernel supports, trying each backend for real.
@@ -167,6 +169,29 @@ pub struct ReportArgs {
     /// Report options.
     #[command(flatten)]
     pub view: ViewArgs,
+}
+
+/// `lockprof top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Refresh interval, seconds.
+    #[arg(long, short, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+    /// Only these processes (repeatable).
+    #[arg(long, short, value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Only these lock types, comma separated.
+    #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',')]
+    pub types: Vec<String>,
+    /// Wait backend.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// How waits reach userspace.
+    #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
+    pub mode: Mode,
+    /// Write logs here (the screen belongs to the dashboard; without this, logs are discarded).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
 }
 
 /// `lockprof flamegraph`.

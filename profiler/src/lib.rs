@@ -16,4 +16,5 @@ pub mod recording;
 pub mod report;
 pub mod shutdown;
 pub mod symbols;
+pub mod tui;
 pub mod workload;

@@ -33,13 +33,31 @@ fn main() -> ExitCode {
         1 => log::LevelFilter::Info,
         _ => log::LevelFilter::Debug,
     };
-    env_logger::Builder::new().filter_level(level).parse_default_env().init();
+    let mut logger = env_logger::Builder::new();
+    logger.filter_level(level).parse_default_env();
+    if let Command::Top(t) = &cli.command {
+        // The screen belongs to the dashboard: logs go to --log-file or nowhere.
+        match t.log_file.as_ref().map(std::fs::File::create) {
+            Some(Ok(f)) => {
+                logger.target(env_logger::Target::Pipe(Box::new(f)));
+            }
+            Some(Err(e)) => {
+                eprintln!("lockprof: cannot write the log file: {e}");
+                return ExitCode::from(2);
+            }
+            None => {
+                logger.filter_level(log::LevelFilter::Off);
+            }
+        }
+    }
+    logger.init();
 
     let result = match &cli.command {
         Command::Report(a) => commands::report(a),
         Command::Doctor(a) => commands::doctor(a),
         Command::Stress(a) => commands::stress(a),
         Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a, cli.verbose))),
+        Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a, cli.verbose))),
         Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a, cli.verbose))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(commands::bench(a))),
     };

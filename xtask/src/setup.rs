@@ -9,11 +9,31 @@ use crate::util::{cargo_home, in_ci, is_root, output, path_env, run};
 /// bpf-linker version known to build working objects with aya 0.14 here.
 const BPF_LINKER: &str = "bpf-linker@0.13.0";
 
-/// Everything: toolchain, bpf-linker, tracefs.
+/// Everything: toolchain, bpf-linker, tracefs, test tools.
 pub fn all() -> Result<()> {
     nightly()?;
     bpf_linker()?;
     tracefs();
+    apt_tools(&[("tmux", "tmux")])?;
+    Ok(())
+}
+
+/// Debian packages the tests drive (tmux for the TUI test), installed when
+/// missing and we are root; otherwise those tests skip and say why.
+fn apt_tools(tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> =
+        tools.iter().filter(|(bin, _)| Command::new(bin).arg("-V").output().is_err()).map(|(_, pkg)| *pkg).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        eprintln!("xtask: {} missing and we are not root; the tests that need it will skip", missing.join(", "));
+        return Ok(());
+    }
+    eprintln!("xtask: installing {}", missing.join(", "));
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends"]).args(&missing))
+        .context("apt-get install")?;
     Ok(())
 }
 

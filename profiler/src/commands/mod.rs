@@ -6,6 +6,7 @@ mod flamegraph;
 mod record;
 mod report;
 mod stress;
+mod top;
 
 pub use bench::bench;
 pub use doctor::doctor;
@@ -13,6 +14,7 @@ pub use flamegraph::flamegraph;
 pub use record::record;
 pub use report::report;
 pub use stress::stress;
+pub use top::top;
 
 use std::io::Write;
 

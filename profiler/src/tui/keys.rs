@@ -1,0 +1,147 @@
+//! The key table: one definition drives both key handling and the help overlay.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// Everything a key can ask for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Leave.
+    Quit,
+    /// Selection up.
+    Up,
+    /// Selection down.
+    Down,
+    /// Selection to the first row.
+    First,
+    /// Selection to the last row.
+    Last,
+    /// Show or hide the selected lock's detail (callers, stacks, history, histogram).
+    Expand,
+    /// Next sort column.
+    CycleSort,
+    /// Start typing a name/caller filter.
+    Filter,
+    /// Next lock-type filter.
+    CycleType,
+    /// Freeze or resume the display.
+    Pause,
+    /// Forget all statistics.
+    Reset,
+    /// Save the current data as a recording file.
+    Export,
+    /// Show or hide the help overlay.
+    Help,
+    /// Next view (locks, callers, tasks).
+    NextView,
+    /// Previous view.
+    PrevView,
+}
+
+/// One row of the key table.
+pub struct Binding {
+    /// Keys as shown in the help.
+    pub keys: &'static str,
+    /// What it does.
+    pub help: &'static str,
+    /// The action.
+    pub action: Action,
+    matches: fn(&KeyEvent) -> bool,
+}
+
+fn ch(e: &KeyEvent, c: char) -> bool {
+    e.code == KeyCode::Char(c) && !e.modifiers.contains(KeyModifiers::CONTROL)
+}
+
+/// The key table.
+pub const BINDINGS: &[Binding] = &[
+    Binding {
+        keys: "j / Down",
+        help: "move down",
+        action: Action::Down,
+        matches: |e| ch(e, 'j') || e.code == KeyCode::Down,
+    },
+    Binding { keys: "k / Up", help: "move up", action: Action::Up, matches: |e| ch(e, 'k') || e.code == KeyCode::Up },
+    Binding {
+        keys: "g / Home",
+        help: "first row",
+        action: Action::First,
+        matches: |e| ch(e, 'g') || e.code == KeyCode::Home,
+    },
+    Binding {
+        keys: "G / End",
+        help: "last row",
+        action: Action::Last,
+        matches: |e| ch(e, 'G') || e.code == KeyCode::End,
+    },
+    Binding {
+        keys: "Enter",
+        help: "expand: callers, stacks, history, histogram",
+        action: Action::Expand,
+        matches: |e| e.code == KeyCode::Enter,
+    },
+    Binding { keys: "s", help: "cycle the sort column", action: Action::CycleSort, matches: |e| ch(e, 's') },
+    Binding {
+        keys: "/",
+        help: "filter by name or caller (Enter keeps, Esc clears)",
+        action: Action::Filter,
+        matches: |e| ch(e, '/'),
+    },
+    Binding { keys: "t", help: "cycle the lock-type filter", action: Action::CycleType, matches: |e| ch(e, 't') },
+    Binding { keys: "p", help: "pause / resume", action: Action::Pause, matches: |e| ch(e, 'p') },
+    Binding { keys: "r", help: "reset statistics", action: Action::Reset, matches: |e| ch(e, 'r') },
+    Binding {
+        keys: "e",
+        help: "export a recording (for report/flamegraph)",
+        action: Action::Export,
+        matches: |e| ch(e, 'e'),
+    },
+    Binding {
+        keys: "Tab / Shift-Tab",
+        help: "next / previous view: locks, callers, tasks",
+        action: Action::NextView,
+        matches: |e| e.code == KeyCode::Tab,
+    },
+    Binding { keys: "", help: "", action: Action::PrevView, matches: |e| e.code == KeyCode::BackTab },
+    Binding { keys: "?", help: "this help", action: Action::Help, matches: |e| ch(e, '?') },
+    Binding {
+        keys: "q / Esc / Ctrl-C",
+        help: "quit",
+        action: Action::Quit,
+        matches: |e| {
+            ch(e, 'q')
+                || e.code == KeyCode::Esc
+                || (e.code == KeyCode::Char('c') && e.modifiers.contains(KeyModifiers::CONTROL))
+        },
+    },
+];
+
+/// The action bound to a key, if any.
+pub fn action_for(e: &KeyEvent) -> Option<Action> {
+    BINDINGS.iter().find(|b| (b.matches)(e)).map(|b| b.action)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    #[test]
+    fn keys_map_to_actions() {
+        assert_eq!(action_for(&key(KeyCode::Char('j'))), Some(Action::Down));
+        assert_eq!(action_for(&key(KeyCode::Up)), Some(Action::Up));
+        assert_eq!(action_for(&key(KeyCode::Esc)), Some(Action::Quit));
+        assert_eq!(action_for(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
+        assert_eq!(action_for(&key(KeyCode::Char('c'))), None);
+        assert_eq!(action_for(&key(KeyCode::BackTab)), Some(Action::PrevView));
+    }
+
+    #[test]
+    fn every_shown_binding_has_help() {
+        for b in BINDINGS.iter().filter(|b| !b.keys.is_empty()) {
+            assert!(!b.help.is_empty(), "{}", b.keys);
+        }
+    }
+}
