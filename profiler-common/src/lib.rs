@@ -117,6 +117,51 @@ pub const EVENT_OUTLIER: u32 = 2;
 /// streamed instead, so it is not lost.
 pub const EVENT_AGG_OVERFLOW: u32 = 3;
 
+/// `ContentionEvent::kind` of a hold: a contended acquisition's time from the
+/// end of its wait to its release; `wait_ns` then carries the hold time and
+/// `stack_id` the acquirer's stack.
+pub const EVENT_HOLD: u32 = 4;
+
+/// Key of the hold-tracking map: a lock and the thread that acquired it after
+/// waiting (readers hold concurrently, so the thread is part of the key).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct HoldKey {
+    /// Lock address.
+    pub lock_addr: u64,
+    /// Acquiring thread.
+    pub tid: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
+}
+
+/// Value of the hold-tracking map.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct HoldStart {
+    /// When the wait ended (the lock was acquired).
+    pub start_ns: u64,
+    /// `LCB_F_*` flags of the wait.
+    pub flags: u32,
+    /// Acquirer's stack id.
+    pub stack_id: i32,
+}
+
+/// `LCB_F_*`-style flags of the probed slowpaths, by function family.
+pub mod probe_flags {
+    use super::lcb;
+    /// `__mutex_lock*_slowpath`.
+    pub const MUTEX: u32 = lcb::MUTEX;
+    /// `rwsem_down_read_slowpath`.
+    pub const RWSEM_READ: u32 = lcb::READ;
+    /// `rwsem_down_write_slowpath`.
+    pub const RWSEM_WRITE: u32 = lcb::WRITE;
+    /// `queued_read_lock_slowpath`.
+    pub const RWLOCK_READ: u32 = lcb::SPIN | lcb::READ;
+    /// `queued_write_lock_slowpath`.
+    pub const RWLOCK_WRITE: u32 = lcb::SPIN | lcb::WRITE;
+}
+
 /// Buckets of the in-kernel wait histogram: two per power of two
 /// ([`hist_bucket`]), up to 2^47 ns (~39 hours).
 pub const HIST_BUCKETS: usize = 96;
@@ -358,8 +403,12 @@ pub mod counter {
     pub const AGG_FULL: u32 = 10;
     /// Aggregate mode: long waits streamed as outliers.
     pub const OUTLIERS: u32 = 11;
+    /// Hold tracking: the hold map was full, that hold is not measured.
+    pub const HOLD_MAP_FULL: u32 = 12;
+    /// Holds measured.
+    pub const HOLDS: u32 = 13;
     /// Number of counters.
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 14;
 
     /// Stable names, indexed by counter.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -375,6 +424,8 @@ pub mod counter {
         "stack_skipped",
         "agg_map_full",
         "outliers",
+        "hold_map_full",
+        "holds",
     ];
 }
 
@@ -400,6 +451,10 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     // SAFETY: repr(C), u64 + 4 x u32/i32 (24 bytes, no padding); any bits valid.
     unsafe impl aya::Pod for super::AggKey {}
+    // SAFETY: repr(C), u64 + 2 x u32 (16 bytes, no padding); any bits valid.
+    unsafe impl aya::Pod for super::HoldKey {}
+    // SAFETY: repr(C), u64 + u32 + i32 (16 bytes, no padding); any bits valid.
+    unsafe impl aya::Pod for super::HoldStart {}
     // SAFETY: repr(C), 4 x u64 + 16 bytes + 96 x u32 (432 bytes, no padding); any bits valid.
     unsafe impl aya::Pod for super::AggVal {}
     // SAFETY: repr(C), PendingWait + u64 + u32 + i32 (48 bytes, no padding); any bits valid.

@@ -1,13 +1,15 @@
 //! lockprof's eBPF programs.
 //!
-//! Wait-time backend on the `lock:contention_begin` / `lock:contention_end`
-//! tracepoints, in two flavours that share one implementation: tp_btf
-//! (preferred: no tracefs, typed arguments) and classic tracepoints (fallback).
+//! Wait backends share one implementation: the `lock:contention_begin/end`
+//! tracepoints as tp_btf (preferred: no tracefs, typed arguments) or classic
+//! tracepoints, and kprobe/kretprobe or fentry/fexit on the lock slowpaths.
+//! Hold backends: kprobe or fentry on the release functions, timing
+//! contended acquisitions from the end of their wait to their release.
 //!
-//! Cost model: everything costly (the stack walk, the hash insert) happens at
-//! `contention_begin`, while the task is waiting anyway. At `contention_end`
-//! the task has just acquired the lock, so it only does one hash lookup and
-//! delete plus one ring-buffer reserve/submit.
+//! Cost model: everything costly (the stack walk) happens when a wait
+//! begins, while the task is waiting anyway. When it ends the task has just
+//! acquired the lock, so only CPU-local map work (or one ring-buffer record)
+//! happens there.
 #![no_std]
 #![no_main]
 
@@ -15,15 +17,19 @@ use aya_ebpf::{
     EbpfContext, Global,
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, fentry, kprobe, map, tracepoint},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
-    programs::{BtfTracePointContext, FEntryContext, ProbeContext, TracePointContext, tracing::StackIdContext},
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext,
+        tracing::StackIdContext,
+    },
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
     AggKey, AggVal, Config, ContentionEvent, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
-    DEFAULT_STACK_ENTRIES, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, LockType, MODE_AGGREGATE, MODE_STREAM,
-    PendingWait, STACK_SKIPPED, StackBudget, TaskWait, counter, hist_bucket, lcb, task_key,
+    DEFAULT_STACK_ENTRIES, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, HoldKey, HoldStart,
+    LockType, MODE_AGGREGATE, MODE_STREAM, PendingWait, STACK_SKIPPED, StackBudget, TaskWait, counter, hist_bucket,
+    lcb, probe_flags, task_key,
 };
 
 /// Filters, written by userspace before load.
@@ -68,6 +74,20 @@ static ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
 /// Scratch space to build a new aggregate value.
 #[map]
 static AGG_SCRATCH: PerCpuArray<AggVal> = PerCpuArray::with_max_entries(1, 0);
+
+/// `HOLD_ON[0]` is set by userspace once release probes are attached:
+/// contended acquisitions then start hold tracking.
+#[map]
+static HOLD_ON: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Holds in progress of contended acquisitions.
+#[map]
+static HOLDS: HashMap<HoldKey, HoldStart> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+
+/// Nesting depth of probed spinning slowpaths on this CPU (kretprobes do not
+/// see the lock, so nested irq entries must be told apart from the outer one).
+#[map]
+static SPIN_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU stack walk budget.
 #[map]
@@ -464,12 +484,29 @@ fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     let Some(pending) = take_pending(lock_addr, task_key(tid, cpu)) else {
         return Ok(0);
     };
+    complete(ctx, &pending, (tid, tgid, cpu));
+    Ok(0)
+}
+
+/// A wait ended with the lock acquired: account it (stream or aggregate)
+/// and, when release probes are attached, start timing the hold.
+#[inline(always)]
+fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: (u32, u32, u32)) {
+    let (tid, tgid, _cpu) = ids;
+    let lock_addr = pending.lock_addr;
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    if HOLD_ON.get(0).is_some_and(|v| *v != 0) {
+        let key = HoldKey { lock_addr, tid, _pad: 0 };
+        let start = HoldStart { start_ns: now, flags: pending.flags, stack_id: pending.stack_id };
+        if HOLDS.insert(key, start, 0).is_err() && count(counter::HOLD_MAP_FULL) {
+            warn!(ctx, "lockprof: hold map full");
+        }
+    }
     let cfg = CONFIG.load();
     if cfg.mode != MODE_AGGREGATE {
-        stream(ctx, EVENT_CONTENTION, &pending, lock_addr, (tid, tgid, cpu), now);
-        return Ok(0);
+        stream(ctx, EVENT_CONTENTION, pending, lock_addr, ids, now);
+        return;
     }
     let wait = now.saturating_sub(pending.begin_ns);
     let key = AggKey { lock_addr, tid, tgid, flags: pending.flags, stack_id: pending.stack_id };
@@ -477,13 +514,190 @@ fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         if count(counter::AGG_FULL) {
             warn!(ctx, "lockprof: aggregate map full, streaming instead");
         }
-        stream(ctx, EVENT_AGG_OVERFLOW, &pending, lock_addr, (tid, tgid, cpu), now);
+        stream(ctx, EVENT_AGG_OVERFLOW, pending, lock_addr, ids, now);
     } else if cfg.outlier_ns != 0 && wait >= cfg.outlier_ns {
         count(counter::OUTLIERS);
-        stream(ctx, EVENT_OUTLIER, &pending, lock_addr, (tid, tgid, cpu), now);
+        stream(ctx, EVENT_OUTLIER, pending, lock_addr, ids, now);
     }
+}
+
+/// A release (mutex_unlock, up_read, up_write, rwlock unlocks): one map
+/// lookup when the lock is not tracked; else the hold is measured.
+#[inline(always)]
+fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
+    let (tid, tgid) = current_ids();
+    let key = HoldKey { lock_addr, tid, _pad: 0 };
+    // SAFETY: plain value read from a live entry, copied out.
+    let Some(start) = (unsafe { HOLDS.get(key) }).copied() else {
+        return Ok(0);
+    };
+    let _ = HOLDS.remove(key);
+    // SAFETY: helpers without preconditions.
+    let (now, cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
+    let held =
+        PendingWait { begin_ns: start.start_ns, lock_addr, flags: start.flags, stack_id: start.stack_id, tgid, tid };
+    count(counter::HOLDS);
+    stream(ctx, EVENT_HOLD, &held, lock_addr, (tid, tgid, cpu), now);
     Ok(0)
 }
+
+/// Entry of a probed slowpath (kprobe/fentry wait backends).
+#[inline(always)]
+fn probe_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
+    if is_spinning(flags) {
+        let depth = SPIN_DEPTH.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: this CPU's slot; probe programs run with preemption off.
+        let d = unsafe { &mut *depth };
+        *d += 1;
+        if *d > 1 {
+            count(counter::NESTED);
+            return Ok(0);
+        }
+    }
+    on_begin(ctx, lock_addr, flags)
+}
+
+/// Return of a probed slowpath: the wait it began is over.
+#[inline(always)]
+fn probe_end<C: EbpfContext>(ctx: &C, spinning: bool) -> Result<u32, u32> {
+    let (tid, tgid) = current_ids();
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let pending = if spinning {
+        let depth = SPIN_DEPTH.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: this CPU's slot; preemption is off.
+        let d = unsafe { &mut *depth };
+        *d = d.saturating_sub(1);
+        if *d != 0 {
+            return Ok(0);
+        }
+        let slot = SPIN_PENDING.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: as above.
+        let slot = unsafe { &mut *slot };
+        let p = *slot;
+        slot.lock_addr = 0;
+        p
+    } else {
+        let entry = PENDING.get_ptr_mut(task_key(tid, cpu)).ok_or(0u32)?;
+        // SAFETY: live map value owned by this task.
+        let w = unsafe { &mut (*entry).wait };
+        let p = *w;
+        w.lock_addr = 0;
+        p
+    };
+    if pending.lock_addr == 0 {
+        unmatched_end();
+        return Ok(0);
+    }
+    complete(ctx, &pending, (tid, tgid, cpu));
+    Ok(0)
+}
+
+macro_rules! kprobe_entries {
+    ($($kp:ident, $flags:expr;)*) => {$(
+        /// kprobe at a slowpath's entry (one program, attached to each function of its family).
+        #[kprobe]
+        pub fn $kp(ctx: ProbeContext) -> u32 {
+            let lock: u64 = ctx.arg(0).unwrap_or(0);
+            match guarded(|| probe_begin(&ctx, lock, $flags)) {
+                Ok(r) | Err(r) => r,
+            }
+        }
+    )*};
+}
+
+kprobe_entries! {
+    kp_mutex, probe_flags::MUTEX;
+    kp_rwsem_read, probe_flags::RWSEM_READ;
+    kp_rwsem_write, probe_flags::RWSEM_WRITE;
+    kp_rwlock_read, probe_flags::RWLOCK_READ;
+    kp_rwlock_write, probe_flags::RWLOCK_WRITE;
+}
+
+/// kretprobe of the sleeping slowpaths (mutex, rwsem).
+#[kretprobe]
+pub fn krp_sleep(ctx: RetProbeContext) -> u32 {
+    match guarded(|| probe_end(&ctx, false)) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// kretprobe of the spinning slowpaths (rwlock).
+#[kretprobe]
+pub fn krp_spin(ctx: RetProbeContext) -> u32 {
+    match guarded(|| probe_end(&ctx, true)) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// kprobe on a release function whose first argument is the lock.
+#[kprobe]
+pub fn kp_release(ctx: ProbeContext) -> u32 {
+    let lock: u64 = ctx.arg(0).unwrap_or(0);
+    match guarded(|| on_release(&ctx, lock)) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+// fentry/fexit programs are bound to one function at load time, so each
+// probed function gets its own pair.
+macro_rules! fentry_waits {
+    ($($fe:ident, $fx:ident, $flags:expr, $spinning:expr;)*) => {$(
+        /// fentry at a slowpath's entry.
+        #[fentry]
+        pub fn $fe(ctx: FEntryContext) -> i32 {
+            let lock: u64 = ctx.arg(0);
+            match guarded(|| probe_begin(&ctx, lock, $flags)) {
+                Ok(r) | Err(r) => r as i32,
+            }
+        }
+
+        /// fexit of the same slowpath.
+        #[fexit]
+        pub fn $fx(ctx: FExitContext) -> i32 {
+            match guarded(|| probe_end(&ctx, $spinning)) {
+                Ok(r) | Err(r) => r as i32,
+            }
+        }
+    )*};
+}
+
+fentry_waits! {
+    fe_mutex, fx_mutex, probe_flags::MUTEX, false;
+    fe_mutex_killable, fx_mutex_killable, probe_flags::MUTEX, false;
+    fe_mutex_interruptible, fx_mutex_interruptible, probe_flags::MUTEX, false;
+    fe_rwsem_read, fx_rwsem_read, probe_flags::RWSEM_READ, false;
+    fe_rwsem_write, fx_rwsem_write, probe_flags::RWSEM_WRITE, false;
+    fe_rwlock_read, fx_rwlock_read, probe_flags::RWLOCK_READ, true;
+    fe_rwlock_write, fx_rwlock_write, probe_flags::RWLOCK_WRITE, true;
+}
+
+macro_rules! fentry_releases {
+    ($($fe:ident),* $(,)?) => {$(
+        /// fentry on a release function.
+        #[fentry]
+        pub fn $fe(ctx: FEntryContext) -> i32 {
+            let lock: u64 = ctx.arg(0);
+            match guarded(|| on_release(&ctx, lock)) {
+                Ok(r) | Err(r) => r as i32,
+            }
+        }
+    )*};
+}
+
+fentry_releases!(
+    fr_mutex_unlock,
+    fr_up_read,
+    fr_up_write,
+    fr_read_unlock,
+    fr_write_unlock,
+    fr_read_unlock_irq,
+    fr_write_unlock_irq,
+    fr_read_unlock_irqrestore,
+    fr_write_unlock_irqrestore,
+    fr_read_unlock_bh,
+    fr_write_unlock_bh,
+);
 
 #[btf_tracepoint(function = "contention_begin")]
 pub fn contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
@@ -553,18 +767,6 @@ pub fn floor_begin_btf(_ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "contention_end")]
 pub fn floor_end_btf(_ctx: BtfTracePointContext) -> i32 {
     floor_count()
-}
-
-/// Feature probe for `lockprof doctor`: does this kernel attach kprobes?
-#[kprobe]
-pub fn probe_kprobe(_ctx: ProbeContext) -> u32 {
-    0
-}
-
-/// Feature probe for `lockprof doctor`: does this kernel attach fentry?
-#[fentry]
-pub fn probe_fentry(_ctx: FEntryContext) -> i32 {
-    0
 }
 
 #[cfg(not(test))]

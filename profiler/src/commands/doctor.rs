@@ -54,8 +54,12 @@ pub fn render_doctor(d: &features::Doctor) -> String {
     } else {
         let _ = writeln!(s, "kallsyms:          unreadable: {}", k.error.as_deref().unwrap_or("?"));
     }
-    let _ = writeln!(s, "backends:");
+    let _ = writeln!(s, "wait backends:");
     for b in &d.backends {
+        let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
+    }
+    let _ = writeln!(s, "hold backends (release functions):");
+    for b in &d.holds {
         let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
     }
     match d.auto_pick {
@@ -66,6 +70,14 @@ pub fn render_doctor(d: &features::Doctor) -> String {
             let _ = writeln!(s, "auto picks:        nothing: {}", d.auto_reason);
         }
     }
+    let _ = writeln!(
+        s,
+        "holds:             {}",
+        match d.hold_pick {
+            Some(h) => format!("measured with {h}"),
+            None => "not available: no release function can be probed (waits only)".to_string(),
+        }
+    );
     s
 }
 

@@ -15,6 +15,8 @@ fn backend_word(b: BackendChoice) -> &'static str {
         BackendChoice::Auto => "auto",
         BackendChoice::TpBtf => "tp_btf",
         BackendChoice::Tracepoint => "tracepoint",
+        BackendChoice::Fentry => "fentry",
+        BackendChoice::Kprobe => "kprobe",
     }
 }
 

@@ -1,12 +1,12 @@
 //! What this kernel supports, tried for real (`lockprof doctor`).
 
-use aya::{
-    Btf, EbpfLoader,
-    programs::{FEntry, KProbe},
-};
+use aya::{Btf, EbpfLoader};
 use serde::Serialize;
 
-use super::{Privileges, TraceFs, check_privileges};
+use super::{
+    Privileges, TraceFs, check_privileges,
+    probes::{ProbeKind, attach_releases},
+};
 use crate::symbols::Kallsyms;
 
 /// Outcome of trying one backend.
@@ -56,6 +56,10 @@ pub struct Doctor {
     pub auto_pick: Option<&'static str>,
     /// Why.
     pub auto_reason: String,
+    /// Hold backends tried (release-function probes).
+    pub holds: Vec<BackendCheck>,
+    /// Hold backend `auto` uses, if any.
+    pub hold_pick: Option<&'static str>,
 }
 
 /// Serializable privileges.
@@ -84,9 +88,6 @@ impl From<Privileges> for PrivilegeFacts {
         }
     }
 }
-
-/// Functions probed to test kprobe/fentry support, first present wins.
-const PROBE_TARGETS: [&str; 4] = ["__mutex_lock_slowpath", "mutex_unlock", "up_write", "vfs_read"];
 
 /// Kernel release string.
 pub fn kernel_release() -> String {
@@ -120,77 +121,38 @@ fn check_kallsyms() -> (KallsymsFacts, Option<Kallsyms>) {
     }
 }
 
-/// The first probe target the kernel has (any name is fine when kallsyms is unreadable).
-fn probe_target(ks: Option<&Kallsyms>) -> &'static str {
-    ks.and_then(|ks| PROBE_TARGETS.iter().copied().find(|f| ks.address_of(f).is_some())).unwrap_or(PROBE_TARGETS[0])
-}
-
 fn try_wait_backend(backend: super::BackendChoice) -> (bool, String) {
-    let opts = super::LoadOptions { backend, ..Default::default() };
+    let opts = super::LoadOptions { backend, holds: false, ..Default::default() };
     match super::Probes::load(&opts) {
         Ok(mut p) => {
+            let mut detail = "loaded and attached, then detached".to_string();
+            if !p.notes().is_empty() {
+                detail = format!("{detail}; {}", p.notes().join("; "));
+            }
             p.detach();
-            (true, "loaded and attached contention_begin/end, then detached".into())
+            (true, detail)
         }
         Err(e) => (false, e.to_string()),
     }
 }
 
-fn try_kprobe(target: &str) -> (bool, String) {
-    let mut ebpf = match EbpfLoader::new().load(super::object_bytes()) {
+/// Attaches the release probes of one kind, reporting function by function.
+fn try_holds(kind: ProbeKind) -> (bool, String) {
+    let btf = Btf::from_sys_fs().ok();
+    let mut ebpf = match EbpfLoader::new().allow_unsupported_maps().load(super::object_bytes()) {
         Ok(e) => e,
         Err(e) => return (false, format!("loading the object: {e}")),
     };
-    let Some(prog) = ebpf.program_mut("probe_kprobe") else { return (false, "probe program missing".into()) };
-    let p: &mut KProbe = match prog.try_into() {
-        Ok(p) => p,
-        Err(e) => return (false, e.to_string()),
-    };
-    if let Err(e) = p.load() {
-        return (false, format!("loading a kprobe program: {}", super::error_chain(&e)));
+    let a = attach_releases(&mut ebpf, kind, btf.as_ref());
+    let mut parts = Vec::new();
+    if !a.ok.is_empty() {
+        parts.push(format!("releases seen through {}", a.ok.join(", ")));
     }
-    match p.attach(target, 0) {
-        Ok(_) => (true, format!("attached a kprobe to {target}")),
-        Err(e) => {
-            let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
-                || TraceFs::find().is_some_and(|t| t.root().join("kprobe_events").exists());
-            let hint = if kprobes {
-                ""
-            } else {
-                " (this kernel has no kprobe PMU or kprobe_events: built without CONFIG_KPROBES)"
-            };
-            (false, format!("attaching a kprobe to {target}: {}{hint}", super::error_chain(&e)))
-        }
+    if !a.failed.is_empty() {
+        let names: Vec<&str> = a.failed.iter().map(|(f, _)| *f).collect();
+        parts.push(format!("not probed: {} ({})", names.join(", "), a.summary(kind)));
     }
-}
-
-fn try_fentry(target: &str) -> (bool, String) {
-    let btf = match Btf::from_sys_fs() {
-        Ok(b) => b,
-        Err(e) => return (false, format!("no kernel BTF: {e}")),
-    };
-    let mut ebpf = match EbpfLoader::new().btf(Some(&btf)).load(super::object_bytes()) {
-        Ok(e) => e,
-        Err(e) => return (false, format!("loading the object: {e}")),
-    };
-    let Some(prog) = ebpf.program_mut("probe_fentry") else { return (false, "probe program missing".into()) };
-    let p: &mut FEntry = match prog.try_into() {
-        Ok(p) => p,
-        Err(e) => return (false, e.to_string()),
-    };
-    if let Err(e) = p.load(target, &btf) {
-        return (
-            false,
-            format!(
-                "loading an fentry program on {target}: {} (the kernel refused BPF trampolines; needs CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS and no lockdown)",
-                super::error_chain(&e)
-            ),
-        );
-    }
-    match p.attach() {
-        Ok(_) => (true, format!("attached fentry to {target}")),
-        Err(e) => (false, format!("attaching fentry to {target}: {}", super::error_chain(&e))),
-    }
+    (!a.ok.is_empty(), parts.join("; "))
 }
 
 /// Runs every check.
@@ -198,22 +160,29 @@ pub fn run() -> Doctor {
     let privs = check_privileges();
     let tracefs = if privs.cap_sys_admin { TraceFs::find_or_mount().ok() } else { TraceFs::find() };
     let lock_tracepoints = tracefs.as_ref().is_some_and(TraceFs::has_lock_events);
-    let (kallsyms, ks) = check_kallsyms();
+    let (kallsyms, _) = check_kallsyms();
     let mut backends = Vec::new();
+    let mut holds = Vec::new();
     if privs.can_trace() {
-        let target = probe_target(ks.as_ref());
         for (name, (ok, detail)) in [
             ("tp_btf", try_wait_backend(super::BackendChoice::TpBtf)),
             ("tracepoint", try_wait_backend(super::BackendChoice::Tracepoint)),
-            ("kprobe", try_kprobe(target)),
-            ("fentry", try_fentry(target)),
+            ("fentry", try_wait_backend(super::BackendChoice::Fentry)),
+            ("kprobe", try_wait_backend(super::BackendChoice::Kprobe)),
         ] {
             backends.push(BackendCheck { name, available: ok, detail });
         }
+        for (name, (ok, detail)) in [("fentry", try_holds(ProbeKind::Fentry)), ("kprobe", try_holds(ProbeKind::Kprobe))]
+        {
+            holds.push(BackendCheck { name, available: ok, detail });
+        }
     } else {
         let why = privs.missing().unwrap_or_default();
-        for name in ["tp_btf", "tracepoint", "kprobe", "fentry"] {
+        for name in ["tp_btf", "tracepoint", "fentry", "kprobe"] {
             backends.push(BackendCheck { name, available: false, detail: format!("not tried: {why}") });
+        }
+        for name in ["fentry", "kprobe"] {
+            holds.push(BackendCheck { name, available: false, detail: format!("not tried: {why}") });
         }
     }
     let avail = |n: &str| backends.iter().any(|b| b.name == n && b.available);
@@ -221,11 +190,16 @@ pub fn run() -> Doctor {
         (Some("tp_btf"), "tp_btf attaches: typed arguments, no tracefs needed, lowest overhead".to_string())
     } else if avail("tracepoint") {
         (Some("tracepoint"), "tp_btf is unavailable here; classic tracepoints attach".to_string())
+    } else if avail("fentry") {
+        (Some("fentry"), "no lock tracepoints; fentry/fexit on the slowpaths attach".to_string())
+    } else if avail("kprobe") {
+        (Some("kprobe"), "no lock tracepoints or fentry; kprobes on the slowpaths attach".to_string())
     } else if !privs.can_trace() {
         (None, privs.missing().unwrap_or_default())
     } else {
-        (None, "neither tp_btf nor classic lock tracepoints attach (kernel < 5.19?); kprobe/fentry wait backends are not implemented yet".to_string())
+        (None, "no wait backend attaches on this kernel".to_string())
     };
+    let hold_pick = holds.iter().find(|h| h.available).map(|h| h.name);
     Doctor {
         kernel: kernel_release(),
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
@@ -236,5 +210,7 @@ pub fn run() -> Doctor {
         kallsyms,
         auto_pick,
         auto_reason,
+        holds,
+        hold_pick,
     }
 }

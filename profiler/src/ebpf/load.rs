@@ -9,7 +9,11 @@ use aya::{
 };
 use profiler_common::{Config, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES};
 
-use super::{TraceFs, TracefsError, check_privileges, counters::KernelCounters};
+use super::{
+    TraceFs, TracefsError, check_privileges,
+    counters::KernelCounters,
+    probes::{ProbeKind, RELEASE_TARGETS, WAIT_TARGETS, attach_releases, attach_waits},
+};
 use crate::symbols::StackSource;
 
 /// The user's `--backend` choice.
@@ -23,6 +27,10 @@ pub enum BackendChoice {
     TpBtf,
     /// Classic tracepoints through tracefs.
     Tracepoint,
+    /// fentry/fexit on the lock slowpaths (BPF trampolines).
+    Fentry,
+    /// kprobe/kretprobe on the lock slowpaths.
+    Kprobe,
 }
 
 /// The wait backend actually attached.
@@ -32,6 +40,10 @@ pub enum WaitBackend {
     TpBtf,
     /// `tracepoint/lock/contention_{begin,end}`.
     Tracepoint,
+    /// fentry/fexit on the slowpaths.
+    Fentry,
+    /// kprobe/kretprobe on the slowpaths.
+    Kprobe,
 }
 
 impl WaitBackend {
@@ -40,15 +52,24 @@ impl WaitBackend {
         match self {
             WaitBackend::TpBtf => "tp_btf",
             WaitBackend::Tracepoint => "tracepoint",
+            WaitBackend::Fentry => "fentry",
+            WaitBackend::Kprobe => "kprobe",
         }
     }
 
-    fn programs(self) -> [&'static str; 2] {
+    fn programs(self) -> Vec<&'static str> {
         // End first: attaching begin before end could leave waits whose end
         // was never seen in the pending map.
         match self {
-            WaitBackend::TpBtf => ["contention_end_btf", "contention_begin_btf"],
-            WaitBackend::Tracepoint => ["contention_end_tp", "contention_begin_tp"],
+            WaitBackend::TpBtf => vec!["contention_end_btf", "contention_begin_btf"],
+            WaitBackend::Tracepoint => vec!["contention_end_tp", "contention_begin_tp"],
+            WaitBackend::Fentry => WAIT_TARGETS.iter().flat_map(|t| [t.fentry, t.fexit]).collect(),
+            WaitBackend::Kprobe => {
+                let mut v: Vec<&str> = WAIT_TARGETS.iter().map(|t| t.kprobe).collect();
+                v.extend(["krp_sleep", "krp_spin"]);
+                v.dedup();
+                v
+            }
         }
     }
 }
@@ -95,6 +116,8 @@ pub struct LoadOptions {
     pub pending_entries: u32,
     /// Capacity of each aggregate map (aggregate mode).
     pub agg_entries: u32,
+    /// Measure hold times when release functions can be probed (fentry, then kprobe).
+    pub holds: bool,
 }
 
 impl Default for LoadOptions {
@@ -107,6 +130,7 @@ impl Default for LoadOptions {
             stack_entries: DEFAULT_STACK_ENTRIES,
             pending_entries: DEFAULT_PENDING_ENTRIES,
             agg_entries: profiler_common::DEFAULT_AGG_ENTRIES,
+            holds: true,
         }
     }
 }
@@ -115,7 +139,9 @@ impl Default for LoadOptions {
 pub struct Probes {
     ebpf: Ebpf,
     backend: WaitBackend,
+    hold: Option<ProbeKind>,
     attempts: Vec<(String, String)>,
+    notes: Vec<String>,
 }
 
 /// The overhead floor for benchmarks: programs on the same tracepoints that
@@ -197,17 +223,34 @@ fn attach_tracepoint(ebpf: &mut Ebpf) -> Result<(), String> {
     Ok(())
 }
 
+fn unload_program(p: &mut aya::programs::Program) {
+    use aya::programs::Program;
+    let r = match p {
+        Program::BtfTracePoint(p) => p.unload(),
+        Program::TracePoint(p) => p.unload(),
+        Program::KProbe(p) => p.unload(),
+        Program::FEntry(p) => p.unload(),
+        Program::FExit(p) => p.unload(),
+        _ => Ok(()),
+    };
+    if let Err(e) = r {
+        log::debug!("unloading: {e}");
+    }
+}
+
 fn unload(ebpf: &mut Ebpf, backend: WaitBackend) {
     for name in backend.programs() {
         if let Some(p) = ebpf.program_mut(name) {
-            let r = match p {
-                aya::programs::Program::BtfTracePoint(p) => p.unload(),
-                aya::programs::Program::TracePoint(p) => p.unload(),
-                _ => Ok(()),
-            };
-            if let Err(e) = r {
-                log::debug!("unloading {name}: {e}");
-            }
+            unload_program(p);
+        }
+    }
+}
+
+fn unload_releases(ebpf: &mut Ebpf) {
+    let names = RELEASE_TARGETS.iter().map(|(_, p)| *p).chain(["kp_release"]);
+    for name in names {
+        if let Some(p) = ebpf.program_mut(name) {
+            unload_program(p);
         }
     }
 }
@@ -253,21 +296,69 @@ impl Probes {
             }
         }
 
+        let btf = Btf::from_sys_fs().ok();
+        let mut attempts = Vec::new();
+        let mut notes = Vec::new();
+        // Holds first, so that HOLD_ON is set before the first wait ends.
+        let mut hold = None;
+        if opts.holds {
+            for kind in [ProbeKind::Fentry, ProbeKind::Kprobe] {
+                let a = attach_releases(&mut ebpf, kind, btf.as_ref());
+                if a.ok.is_empty() {
+                    unload_releases(&mut ebpf);
+                    attempts.push((format!("hold/{}", kind.name()), a.summary(kind)));
+                    continue;
+                }
+                for (f, e) in &a.failed {
+                    notes.push(format!(
+                        "hold times: {f} cannot be probed with {} ({e}); releases through it are not seen",
+                        kind.name()
+                    ));
+                }
+                hold = Some(kind);
+                break;
+            }
+            if hold.is_some() {
+                let mut on: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
+                    ebpf.map_mut("HOLD_ON").ok_or(LoadError::Map { name: "HOLD_ON", detail: "missing".into() })?,
+                )
+                .map_err(|e| LoadError::Map { name: "HOLD_ON", detail: e.to_string() })?;
+                on.set(0, 1, 0).map_err(|e| LoadError::Map { name: "HOLD_ON", detail: e.to_string() })?;
+            }
+        }
         let order: &[WaitBackend] = match opts.backend {
-            BackendChoice::Auto => &[WaitBackend::TpBtf, WaitBackend::Tracepoint],
+            BackendChoice::Auto => {
+                &[WaitBackend::TpBtf, WaitBackend::Tracepoint, WaitBackend::Fentry, WaitBackend::Kprobe]
+            }
             BackendChoice::TpBtf => &[WaitBackend::TpBtf],
             BackendChoice::Tracepoint => &[WaitBackend::Tracepoint],
+            BackendChoice::Fentry => &[WaitBackend::Fentry],
+            BackendChoice::Kprobe => &[WaitBackend::Kprobe],
         };
-        let mut attempts = Vec::new();
         for &backend in order {
             let r = match backend {
                 WaitBackend::TpBtf => attach_tp_btf(&mut ebpf),
                 WaitBackend::Tracepoint => attach_tracepoint(&mut ebpf),
+                WaitBackend::Fentry | WaitBackend::Kprobe => {
+                    let kind = if backend == WaitBackend::Fentry { ProbeKind::Fentry } else { ProbeKind::Kprobe };
+                    let a = attach_waits(&mut ebpf, kind, btf.as_ref());
+                    if a.ok.is_empty() {
+                        Err(a.summary(kind))
+                    } else {
+                        for (f, e) in &a.failed {
+                            notes.push(format!("waits: {f} cannot be probed with {} ({e})", kind.name()));
+                        }
+                        Ok(())
+                    }
+                }
             };
             match r {
                 Ok(()) => {
-                    log::info!("attached the {} backend", backend.name());
-                    return Ok(Probes { ebpf, backend, attempts });
+                    log::info!("attached the {} wait backend; holds: {:?}", backend.name(), hold.map(ProbeKind::name));
+                    for n in &notes {
+                        log::warn!("{n}");
+                    }
+                    return Ok(Probes { ebpf, backend, hold, attempts, notes });
                 }
                 Err(e) => {
                     log::warn!("{} backend unavailable: {e}", backend.name());
@@ -287,6 +378,30 @@ impl Probes {
     /// Backends tried before the one attached, with their errors.
     pub fn attempts(&self) -> &[(String, String)] {
         &self.attempts
+    }
+
+    /// The hold backend, if release functions could be probed.
+    pub fn hold(&self) -> Option<ProbeKind> {
+        self.hold
+    }
+
+    /// Degradations: functions that could not be probed.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Why there are no hold times (None when there are).
+    pub fn hold_unavailable(&self) -> Option<String> {
+        if self.hold.is_some() {
+            return None;
+        }
+        let tried: Vec<String> =
+            self.attempts.iter().filter(|(b, _)| b.starts_with("hold/")).map(|(b, e)| format!("{b}: {e}")).collect();
+        Some(if tried.is_empty() {
+            format!("the {} backend sees waits only and hold tracking was off", self.backend.name())
+        } else {
+            format!("release functions cannot be probed on this kernel ({})", tried.join("; "))
+        })
     }
 
     /// Mutable access for the aya-log logger.
@@ -347,21 +462,22 @@ impl Probes {
         ))
     }
 
-    /// Program run skips by the kernel's recursion protection, per program.
-    pub fn recursion_misses(&self) -> StdHashMap<&'static str, u64> {
-        self.backend
+    /// Program run skips by the kernel's recursion protection, per loaded program.
+    pub fn recursion_misses(&self) -> StdHashMap<String, u64> {
+        self.ebpf
             .programs()
-            .into_iter()
-            .filter_map(|name| {
-                let fd = self.ebpf.program(name)?.fd().ok()?;
-                Some((name, super::recursion_misses(fd)?))
+            .filter_map(|(name, p)| {
+                let fd = p.fd().ok()?;
+                Some((name.to_string(), super::recursion_misses(fd)?))
             })
             .collect()
     }
 
-    /// Detaches and unloads the programs; maps stay readable.
+    /// Detaches and unloads every program; maps stay readable.
     pub fn detach(&mut self) {
-        unload(&mut self.ebpf, self.backend);
+        for (_, p) in self.ebpf.programs_mut() {
+            unload_program(p);
+        }
     }
 }
 

@@ -6,6 +6,7 @@ mod counters;
 pub mod features;
 mod load;
 mod pending;
+pub mod probes;
 mod tracefs;
 
 pub use aggregates::{AggMaps, FLIP_GRACE, merge_cpus};

@@ -42,6 +42,12 @@ pub struct Meta {
     pub drops: BTreeMap<String, u64>,
     /// Why hold times are absent, when they are.
     pub hold_unavailable: Option<String>,
+    /// How hold times were measured (`fentry`, `kprobe`), when they were.
+    #[serde(default)]
+    pub hold_backend: Option<String>,
+    /// Degradations: functions that could not be probed on this kernel.
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Filters in force while recording, as given on the command line.
     pub filters: Vec<String>,
 }

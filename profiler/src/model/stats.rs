@@ -136,6 +136,11 @@ impl Stats {
     fn sigfig(&self) -> u8 {
         self.hist.sigfig()
     }
+
+    /// The histogram precision these statistics were created with.
+    pub fn sigfig_of(&self) -> u8 {
+        self.hist.sigfig()
+    }
 }
 
 /// On-disk form of [`Stats`] (recording files).

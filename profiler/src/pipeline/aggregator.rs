@@ -2,7 +2,7 @@
 //! per-lock, per-caller-stack and per-task statistics with bounded memory.
 
 use profiler_common::{
-    AggKey, AggVal, ContentionEvent, EVENT_OUTLIER, HIST_BUCKETS, LockMode, LockType, hist_bucket_low,
+    AggKey, AggVal, ContentionEvent, EVENT_HOLD, EVENT_OUTLIER, HIST_BUCKETS, LockMode, LockType, hist_bucket_low,
 };
 use rustc_hash::FxHashMap;
 
@@ -60,6 +60,10 @@ pub struct LockAgg {
     pub wait: Stats,
     /// Waits per kernel stack id.
     pub callers: FxHashMap<i32, Stats>,
+    /// Hold times of contended acquisitions (None until one is seen).
+    pub hold: Option<Stats>,
+    /// Hold times per acquirer stack id.
+    pub hold_callers: FxHashMap<i32, Stats>,
 }
 
 /// Statistics of one thread.
@@ -130,6 +134,10 @@ impl Aggregator {
     /// outliers are already counted in the aggregates: they only feed the
     /// slowest-waits list.
     pub fn ingest(&mut self, ev: &ContentionEvent) {
+        if ev.kind == EVENT_HOLD {
+            self.ingest_hold(ev);
+            return;
+        }
         self.note_slow(ev);
         if ev.kind == EVENT_OUTLIER {
             return;
@@ -158,6 +166,23 @@ impl Aggregator {
         self.fold(lock, &who, v.count, |s| s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets()));
     }
 
+    /// A hold (wait_ns carries the hold time): into the lock's and the
+    /// acquirer stack's hold statistics. Locks never seen waiting are not
+    /// created by holds (they cannot be: holds follow contended waits).
+    fn ingest_hold(&mut self, ev: &ContentionEvent) {
+        let key = LockKey::of(ev);
+        let lock = match self.state.locks.get_mut(&key) {
+            Some(l) => l,
+            None => match self.state.locks.get_mut(&LockKey::OVERFLOW) {
+                Some(l) => l,
+                None => return,
+            },
+        };
+        lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)).record(ev.wait_ns);
+        let sid = if lock.callers.contains_key(&ev.stack_id) { ev.stack_id } else { OVERFLOW_STACK };
+        lock.hold_callers.entry(sid).or_insert_with(|| Stats::new(DETAIL_SIGFIG)).record(ev.wait_ns);
+    }
+
     fn note_slow(&mut self, ev: &ContentionEvent) {
         let slow = &mut self.state.slowest;
         if slow.len() >= SLOWEST_KEPT && slow.last().is_some_and(|l| l.wait_ns >= ev.wait_ns) {
@@ -179,10 +204,12 @@ impl Aggregator {
             st.overflow.locks += n;
             key = LockKey::OVERFLOW;
         }
-        let lock = st
-            .locks
-            .entry(key)
-            .or_insert_with(|| LockAgg { wait: Stats::new(LOCK_SIGFIG), callers: FxHashMap::default() });
+        let lock = st.locks.entry(key).or_insert_with(|| LockAgg {
+            wait: Stats::new(LOCK_SIGFIG),
+            callers: FxHashMap::default(),
+            hold: None,
+            hold_callers: FxHashMap::default(),
+        });
         add(&mut lock.wait);
 
         let mut sid = stack_id;
@@ -348,6 +375,26 @@ pub(crate) mod tests {
         assert_eq!(s.slowest[0].wait_ns, 30_000);
         assert!(s.slowest.windows(2).all(|w| w[0].wait_ns >= w[1].wait_ns));
         assert_eq!(s.slowest.last().map(|e| e.wait_ns), Some(11_000));
+    }
+
+    #[test]
+    fn holds_attach_to_the_lock_and_acquirer_stack() {
+        let mut a = Aggregator::new(Limits::default());
+        a.ingest(&ev(0x100, lcb::MUTEX, 1_000, 7, 3));
+        let mut h = ev(0x100, lcb::MUTEX, 50_000, 7, 3);
+        h.kind = EVENT_HOLD;
+        a.ingest(&h);
+        a.ingest(&h);
+        let mut stray = ev(0x999, lcb::MUTEX, 10, 7, 3);
+        stray.kind = EVENT_HOLD;
+        a.ingest(&stray);
+        let s = a.snapshot();
+        assert_eq!(s.events, 1, "holds are not contentions");
+        let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+        let hold = lock.hold.as_ref().expect("hold stats");
+        assert_eq!((hold.count(), hold.total_ns()), (2, 100_000));
+        assert_eq!(lock.hold_callers[&3].count(), 2);
+        assert_eq!(s.locks.len(), 1, "a hold without a wait creates no lock");
     }
 
     #[test]

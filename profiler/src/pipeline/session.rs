@@ -350,10 +350,9 @@ impl Session {
             started_unix_s: self.started_unix_s,
             events: 0,
             drops,
-            hold_unavailable: Some(format!(
-                "the {} backend sees waits only; hold times need the fentry or kprobe backend",
-                self.backend()
-            )),
+            hold_unavailable: self.probes.hold_unavailable(),
+            hold_backend: self.probes.hold().map(|k| k.name().to_string()),
+            notes: self.probes.notes().to_vec(),
             filters: self.filters.clone(),
         }
     }

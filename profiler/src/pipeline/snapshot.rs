@@ -29,12 +29,21 @@ pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: &mut Resolver<S>, m
             let rs = resolver.stack(*sid);
             *caller_fns.entry(rs.caller_fn.clone()).or_default() += stats.count();
             let group_key = if rs.frames.is_empty() { vec![rs.caller.clone()] } else { rs.frames.clone() };
-            by_stack.entry(group_key).and_modify(|c| c.wait.merge(stats)).or_insert_with(|| CallerProfile {
-                caller: rs.caller.clone(),
-                stack: rs.frames.clone(),
-                wait: stats.clone(),
-                hold: None,
-            });
+            let hold = agg.hold_callers.get(sid);
+            by_stack
+                .entry(group_key)
+                .and_modify(|c| {
+                    c.wait.merge(stats);
+                    if let Some(h) = hold {
+                        c.hold.get_or_insert_with(|| Stats::new(h.sigfig_of())).merge(h);
+                    }
+                })
+                .or_insert_with(|| CallerProfile {
+                    caller: rs.caller.clone(),
+                    stack: rs.frames.clone(),
+                    wait: stats.clone(),
+                    hold: hold.cloned(),
+                });
         }
         let mut callers: Vec<CallerProfile> = by_stack.into_values().collect();
         callers.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then_with(|| a.caller.cmp(&b.caller)));
@@ -53,7 +62,7 @@ pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: &mut Resolver<S>, m
             name_source,
             class,
             wait: agg.wait.clone(),
-            hold: None,
+            hold: agg.hold.clone(),
             callers,
         });
     }

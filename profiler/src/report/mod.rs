@@ -190,6 +190,8 @@ pub(crate) mod fixture {
                 drops,
                 hold_unavailable: Some("tracepoints see waits only".into()),
                 mode: "aggregate".into(),
+                hold_backend: None,
+                notes: vec![],
                 filters: vec![],
             },
             locks: vec![

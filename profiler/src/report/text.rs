@@ -53,6 +53,12 @@ fn header(p: &Profile, out: &mut String) {
     if let Some(why) = &m.hold_unavailable {
         let _ = writeln!(out, "hold times: not available ({why})");
     }
+    if let Some(b) = &m.hold_backend {
+        let _ = writeln!(out, "hold times: measured with {b} on the release functions (contended acquisitions only)");
+    }
+    for n in &m.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
     out.push('\n');
 }
 
@@ -105,6 +111,9 @@ pub fn render_text(p: &Profile, opts: &ReportOptions) -> String {
             for l in sorted_locks(p, opts) {
                 let _ =
                     writeln!(out, "{}  {:<13} {}", stat_cols(&l.wait), type_label(l.lock_type, l.mode), lock_title(l));
+                if let Some(h) = &l.hold {
+                    let _ = writeln!(out, "{}  hold (contended acquisitions, from wait end to release)", stat_cols(h));
+                }
                 let callers = callers_by_frame(l, opts);
                 let shown = opts.callers_per_lock.min(callers.len());
                 for (caller, st) in &callers[..shown] {

@@ -1,0 +1,223 @@
+//! kprobe/kretprobe and fentry/fexit attachment: the slowpath wait backends
+//! and the release-function hold backends. Each function that fails to
+//! attach (renamed, inlined, not traceable) degrades only itself, with a note.
+
+use aya::{
+    Btf, Ebpf,
+    programs::{FEntry, FExit, KProbe},
+};
+
+use super::error_chain;
+
+/// A probed slowpath and the programs for it.
+pub struct WaitTarget {
+    /// Kernel function.
+    pub func: &'static str,
+    /// kprobe program at entry (shared by the family).
+    pub kprobe: &'static str,
+    /// fentry program (one per function).
+    pub fentry: &'static str,
+    /// fexit program (one per function).
+    pub fexit: &'static str,
+    /// A spinning slowpath (rwlock), tracked per CPU.
+    pub spinning: bool,
+}
+
+/// The lock slowpaths lockprof probes.
+pub const WAIT_TARGETS: &[WaitTarget] = &[
+    WaitTarget {
+        func: "__mutex_lock_slowpath",
+        kprobe: "kp_mutex",
+        fentry: "fe_mutex",
+        fexit: "fx_mutex",
+        spinning: false,
+    },
+    WaitTarget {
+        func: "__mutex_lock_killable_slowpath",
+        kprobe: "kp_mutex",
+        fentry: "fe_mutex_killable",
+        fexit: "fx_mutex_killable",
+        spinning: false,
+    },
+    WaitTarget {
+        func: "__mutex_lock_interruptible_slowpath",
+        kprobe: "kp_mutex",
+        fentry: "fe_mutex_interruptible",
+        fexit: "fx_mutex_interruptible",
+        spinning: false,
+    },
+    WaitTarget {
+        func: "rwsem_down_read_slowpath",
+        kprobe: "kp_rwsem_read",
+        fentry: "fe_rwsem_read",
+        fexit: "fx_rwsem_read",
+        spinning: false,
+    },
+    WaitTarget {
+        func: "rwsem_down_write_slowpath",
+        kprobe: "kp_rwsem_write",
+        fentry: "fe_rwsem_write",
+        fexit: "fx_rwsem_write",
+        spinning: false,
+    },
+    WaitTarget {
+        func: "queued_read_lock_slowpath",
+        kprobe: "kp_rwlock_read",
+        fentry: "fe_rwlock_read",
+        fexit: "fx_rwlock_read",
+        spinning: true,
+    },
+    WaitTarget {
+        func: "queued_write_lock_slowpath",
+        kprobe: "kp_rwlock_write",
+        fentry: "fe_rwlock_write",
+        fexit: "fx_rwlock_write",
+        spinning: true,
+    },
+];
+
+/// Release functions (first argument: the lock) and their fentry programs.
+pub const RELEASE_TARGETS: &[(&str, &str)] = &[
+    ("mutex_unlock", "fr_mutex_unlock"),
+    ("up_read", "fr_up_read"),
+    ("up_write", "fr_up_write"),
+    ("_raw_read_unlock", "fr_read_unlock"),
+    ("_raw_write_unlock", "fr_write_unlock"),
+    ("_raw_read_unlock_irq", "fr_read_unlock_irq"),
+    ("_raw_write_unlock_irq", "fr_write_unlock_irq"),
+    ("_raw_read_unlock_irqrestore", "fr_read_unlock_irqrestore"),
+    ("_raw_write_unlock_irqrestore", "fr_write_unlock_irqrestore"),
+    ("_raw_read_unlock_bh", "fr_read_unlock_bh"),
+    ("_raw_write_unlock_bh", "fr_write_unlock_bh"),
+];
+
+/// Which probe mechanism.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// fentry/fexit (BPF trampolines).
+    Fentry,
+    /// kprobe/kretprobe.
+    Kprobe,
+}
+
+impl ProbeKind {
+    /// Name, as in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeKind::Fentry => "fentry",
+            ProbeKind::Kprobe => "kprobe",
+        }
+    }
+}
+
+/// What attached and what did not.
+#[derive(Debug, Default)]
+pub struct Attached {
+    /// Functions probed.
+    pub ok: Vec<&'static str>,
+    /// (function, why not).
+    pub failed: Vec<(&'static str, String)>,
+}
+
+impl Attached {
+    /// One line: how many functions failed, the first error, and what it means.
+    pub fn summary(&self, kind: ProbeKind) -> String {
+        let Some((f, e)) = self.failed.first() else { return String::new() };
+        let hint = if e.contains("kprobe/type") {
+            " (no kprobe PMU: the kernel was built without CONFIG_KPROBES)"
+        } else if kind == ProbeKind::Fentry && e.contains("Operation not permitted") {
+            " (the kernel refused a BPF trampoline: fentry/fexit need CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, and lockdown or the hypervisor may forbid them)"
+        } else {
+            ""
+        };
+        let e = e.trim_end_matches(". Verifier output: ").trim_end_matches(" Verifier output:").trim_end();
+        if self.failed.len() == 1 {
+            format!("{f}: {e}{hint}")
+        } else {
+            format!("{} of {} functions failed; {f}: {e}{hint}", self.failed.len(), self.failed.len() + self.ok.len())
+        }
+    }
+}
+
+fn kprobe<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut KProbe, String> {
+    let p: &mut KProbe = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing"))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    if p.fd().is_err() {
+        p.load().map_err(|e| format!("loading {prog}: {}", error_chain(&e)))?;
+    }
+    Ok(p)
+}
+
+/// Attaches the slowpath wait programs.
+pub fn attach_waits(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
+    let mut out = Attached::default();
+    for t in WAIT_TARGETS {
+        let r = match kind {
+            ProbeKind::Kprobe => kprobe(ebpf, t.kprobe)
+                .and_then(|p| p.attach(t.func, 0).map(drop).map_err(|e| error_chain(&e)))
+                .and_then(|()| {
+                    let ret = if t.spinning { "krp_spin" } else { "krp_sleep" };
+                    kprobe(ebpf, ret)?.attach(t.func, 0).map(drop).map_err(|e| error_chain(&e))
+                }),
+            ProbeKind::Fentry => match btf {
+                None => Err("no kernel BTF".to_string()),
+                Some(btf) => fentry_pair(ebpf, t, btf),
+            },
+        };
+        match r {
+            Ok(()) => out.ok.push(t.func),
+            Err(e) => out.failed.push((t.func, e)),
+        }
+    }
+    out
+}
+
+fn fentry_pair(ebpf: &mut Ebpf, t: &WaitTarget, btf: &Btf) -> Result<(), String> {
+    let fe: &mut FEntry = ebpf
+        .program_mut(t.fentry)
+        .ok_or_else(|| format!("program {} missing", t.fentry))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    fe.load(t.func, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
+    fe.attach().map_err(|e| format!("attaching fentry: {}", error_chain(&e)))?;
+    let fx: &mut FExit = ebpf
+        .program_mut(t.fexit)
+        .ok_or_else(|| format!("program {} missing", t.fexit))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    fx.load(t.func, btf).map_err(|e| format!("loading fexit: {}", error_chain(&e)))?;
+    fx.attach().map_err(|e| format!("attaching fexit: {}", error_chain(&e)))?;
+    Ok(())
+}
+
+/// Attaches the release (hold) programs.
+pub fn attach_releases(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
+    let mut out = Attached::default();
+    for (func, fentry) in RELEASE_TARGETS {
+        let r = match kind {
+            ProbeKind::Kprobe => {
+                kprobe(ebpf, "kp_release").and_then(|p| p.attach(*func, 0).map(drop).map_err(|e| error_chain(&e)))
+            }
+            ProbeKind::Fentry => match btf {
+                None => Err("no kernel BTF".to_string()),
+                Some(btf) => (|| {
+                    let fe: &mut FEntry = ebpf
+                        .program_mut(fentry)
+                        .ok_or_else(|| format!("program {fentry} missing"))?
+                        .try_into()
+                        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+                    fe.load(func, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
+                    fe.attach().map(drop).map_err(|e| format!("attaching fentry: {}", error_chain(&e)))
+                })(),
+            },
+        };
+        match r {
+            Ok(()) => out.ok.push(func),
+            Err(e) => out.failed.push((func, e)),
+        }
+    }
+    out
+}
