@@ -166,13 +166,12 @@ pub mod probe_flags {
 /// ([`hist_bucket`]), up to 2^47 ns (~39 hours).
 pub const HIST_BUCKETS: usize = 96;
 
-/// Histogram bucket of `ns`: 0 and 1 map to themselves; otherwise
-/// `2 * floor(log2 ns) + (the bit below the top bit)`, clamped.
+/// Histogram bucket of `ns`: `2 * floor(log2 ns) + (the bit below the top
+/// bit)`, so 0 and 1 map to themselves, clamped to the last bucket.
+/// Branch-light on purpose: older verifiers (6.1) mis-track a dead
+/// `ns < 2` early return and reject the map-value index that follows.
 #[inline(always)]
 pub fn hist_bucket(ns: u64) -> usize {
-    if ns < 2 {
-        return ns as usize;
-    }
     // floor(log2) without a count-leading-zeros instruction (BPF has none).
     let mut v = ns;
     let mut log = 0u32;
@@ -199,7 +198,7 @@ pub fn hist_bucket(ns: u64) -> usize {
     if v >> 1 != 0 {
         log += 1;
     }
-    let half = (ns >> (log - 1)) & 1;
+    let half = (ns >> log.saturating_sub(1)) & 1;
     let idx = 2 * log as usize + half as usize;
     if idx >= HIST_BUCKETS { HIST_BUCKETS - 1 } else { idx }
 }

@@ -40,6 +40,23 @@ pub enum Command {
     /// Measurement helpers for `cargo xtask bench`.
     #[command(hide = true)]
     Bench(BenchArgs),
+    /// End-to-end checks against the live kernel (run in guest kernels by `cargo xtask vm-test`).
+    #[command(hide = true)]
+    Selftest(SelftestArgs),
+}
+
+/// `lockprof selftest`.
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    /// Wait backend under test.
+    #[arg(long, value_enum)]
+    pub backend: BackendChoice,
+    /// Seconds per workload.
+    #[arg(long, default_value_t = 2.0)]
+    pub duration: f64,
+    /// Also run kprobe and fentry side by side and compare their counts.
+    #[arg(long)]
+    pub agree: bool,
 }
 
 /// `lockprof bench`.

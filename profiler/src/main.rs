@@ -59,6 +59,7 @@ fn main() -> ExitCode {
         Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a, cli.verbose))),
         Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a, cli.verbose))),
         Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a, cli.verbose))),
+        Command::Selftest(a) => runtime().and_then(|rt| rt.block_on(commands::selftest(a))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(commands::bench(a))),
     };
     match result {

@@ -7,6 +7,7 @@
 mod bench;
 mod setup;
 mod util;
+mod vm;
 
 use std::path::PathBuf;
 
@@ -51,11 +52,23 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "pipe,fork,unlink,prio")]
         workloads: Vec<String>,
     },
+    /// Boot a Debian kernel under QEMU and run the kprobe, fentry and tracepoint backend checks inside.
+    VmTest {
+        /// Kernel image package (default: what linux-image-amd64 depends on).
+        #[arg(long)]
+        kernel: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 480)]
+        timeout: u64,
+    },
     /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests.
     Test {
         /// Skip fmt and clippy.
         #[arg(long)]
         no_lint: bool,
+        /// Skip the guest-kernel (QEMU) tests of the kprobe and fentry backends.
+        #[arg(long)]
+        no_vm: bool,
     },
 }
 
@@ -93,7 +106,16 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Test { no_lint } => test(no_lint),
+        Cmd::Test { no_lint, no_vm } => {
+            test(no_lint)?;
+            if no_vm {
+                eprintln!("xtask: --no-vm: the guest-kernel backend tests were not run");
+                Ok(())
+            } else {
+                vm_test(None, 480)
+            }
+        }
+        Cmd::VmTest { kernel, timeout } => vm_test(kernel, timeout),
         Cmd::Bench { rounds, duration, threads, workloads } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
@@ -103,6 +125,14 @@ fn main() -> Result<()> {
             bench::run(&bench::Opts { rounds: rounds.max(1), duration, threads, workloads })
         }
     }
+}
+
+fn vm_test(kernel: Option<String>, timeout: u64) -> Result<()> {
+    if !is_root() {
+        bail!("cargo xtask vm-test installs QEMU and a kernel package with apt: run it as root");
+    }
+    setup::all()?;
+    vm::run_vm(&vm::Opts { kernel, timeout: std::time::Duration::from_secs(timeout) })
 }
 
 fn test(no_lint: bool) -> Result<()> {

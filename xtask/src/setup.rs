@@ -20,7 +20,7 @@ pub fn all() -> Result<()> {
 
 /// Debian packages the tests drive (tmux for the TUI test), installed when
 /// missing and we are root; otherwise those tests skip and say why.
-fn apt_tools(tools: &[(&str, &str)]) -> Result<()> {
+pub fn apt_tools(tools: &[(&str, &str)]) -> Result<()> {
     let missing: Vec<&str> =
         tools.iter().filter(|(bin, _)| Command::new(bin).arg("-V").output().is_err()).map(|(_, pkg)| *pkg).collect();
     if missing.is_empty() {

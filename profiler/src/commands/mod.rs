@@ -5,6 +5,7 @@ mod doctor;
 mod flamegraph;
 mod record;
 mod report;
+mod selftest;
 mod stress;
 mod top;
 
@@ -13,6 +14,7 @@ pub use doctor::doctor;
 pub use flamegraph::flamegraph;
 pub use record::record;
 pub use report::report;
+pub use selftest::selftest;
 pub use stress::stress;
 pub use top::top;
 

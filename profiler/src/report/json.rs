@@ -94,6 +94,8 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
         "events": m.events,
         "drops": m.drops,
         "hold_unavailable": m.hold_unavailable,
+        "hold_backend": m.hold_backend,
+        "notes": m.notes,
         "filters": m.filters,
         "locks": locks,
         "tasks": tasks,

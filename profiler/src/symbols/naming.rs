@@ -82,8 +82,10 @@ pub struct LockName {
 /// lock is named after that set.
 const INFER_SHARE: f64 = 0.5;
 
+/// Share of the contentions with a known call site that come from `set`
+/// (placeholders such as "[stack not captured ...]" are left out).
 fn share(callers: &[(String, u64)], set: &[&str]) -> f64 {
-    let total: u64 = callers.iter().map(|(_, n)| n).sum();
+    let total: u64 = callers.iter().filter(|(f, _)| !f.starts_with('[')).map(|(_, n)| n).sum();
     if total == 0 {
         return 0.0;
     }
@@ -173,6 +175,13 @@ mod tests {
         let n = name_lock(0x2000, LockType::Rwsem, LockMode::Write, &c, &Kallsyms::default());
         assert_eq!(n.name.as_deref(), Some("i_rwsem"));
         assert_eq!(n.source, Some(NameSource::Inferred));
+    }
+
+    #[test]
+    fn placeholders_do_not_dilute_the_inference() {
+        let c = callers(&[("[stack not captured: --stack-rate budget spent]", 900), ("__do_sys_setpgid", 100)]);
+        let n = name_lock(0x1000, LockType::Rwlock, LockMode::Write, &c, &Kallsyms::default());
+        assert_eq!(n.name.as_deref(), Some("tasklist_lock"));
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub enum Workload {
     /// getpriority(PRIO_PGRP) readers against a fork/exit thread (tasklist_lock read side);
     /// the process moves into a process group of its own.
     Prio,
+    /// mmap/munmap loops against page-faulting threads (the process's mmap_lock rwsem).
+    Mmap,
+    /// setpgid(0, 0) loops against kill(0, 0) loops (tasklist_lock write and read sides).
+    Pgrp,
 }
 
 /// Result of a run.
@@ -129,6 +133,38 @@ pub fn run(w: Workload, threads: usize, duration: Duration, stop: Arc<AtomicBool
                         }
                     }));
                 }
+            }
+        }
+        Workload::Mmap => {
+            let half = threads.div_ceil(2);
+            for t in 0..threads {
+                let (ops, done) = (ops.clone(), done.clone());
+                let mapper = t < half;
+                handles.push(thread::spawn(move || {
+                    while !done() {
+                        let ok = if mapper { syscalls::map_touch_unmap(16) } else { syscalls::fault_pages(64) };
+                        if !ok {
+                            break;
+                        }
+                        ops.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+        }
+        Workload::Pgrp => {
+            syscalls::own_process_group()?;
+            for t in 0..threads.max(2) {
+                let (ops, done) = (ops.clone(), done.clone());
+                handles.push(thread::spawn(move || {
+                    while !done() {
+                        if t % 2 == 0 {
+                            syscalls::setpgid_self();
+                        } else {
+                            syscalls::kill_group_probe();
+                        }
+                        ops.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
             }
         }
         Workload::Unlink => {

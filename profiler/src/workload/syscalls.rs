@@ -63,3 +63,81 @@ pub(super) fn own_process_group() -> std::io::Result<()> {
     let rc = unsafe { libc::setpgid(0, 0) };
     if rc != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
+
+/// mmap `pages` anonymous pages, touch each, munmap (mmap_lock write side).
+pub(super) fn map_touch_unmap(pages: usize) -> bool {
+    let len = pages * 4096;
+    // SAFETY: anonymous private mapping of our own; checked for MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return false;
+    }
+    for i in 0..pages {
+        // SAFETY: within the mapping just created, writable.
+        unsafe { p.cast::<u8>().add(i * 4096).write_volatile(1) };
+    }
+    // SAFETY: unmapping exactly what we mapped.
+    unsafe { libc::munmap(p, len) == 0 }
+}
+
+/// Fault in `pages` fresh pages of a private mapping, then drop them again
+/// (page faults take the mmap_lock read side).
+pub(super) fn fault_pages(pages: usize) -> bool {
+    thread_local! {
+        static MAP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+    let len = pages * 4096;
+    let base = MAP.with(|m| {
+        if m.get() == 0 {
+            // SAFETY: anonymous private mapping kept for the thread's lifetime.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                m.set(p as usize);
+            }
+        }
+        m.get()
+    });
+    if base == 0 {
+        return false;
+    }
+    for i in 0..pages {
+        // SAFETY: within the thread's mapping, writable.
+        unsafe { (base as *mut u8).add(i * 4096).write_volatile(1) };
+    }
+    // SAFETY: madvise on our own mapping; the next touch faults again.
+    unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_DONTNEED) == 0 }
+}
+
+/// setpgid(0, 0) again (tasklist_lock write side); errors are irrelevant here.
+pub(super) fn setpgid_self() {
+    // SAFETY: no memory is involved.
+    unsafe {
+        libc::setpgid(0, 0);
+    }
+}
+
+/// kill(0, 0): checks permission to signal our group (tasklist_lock read side).
+pub(super) fn kill_group_probe() {
+    // SAFETY: signal 0 only checks; no signal is sent.
+    unsafe {
+        libc::kill(0, 0);
+    }
+}
