@@ -640,14 +640,18 @@ pub fn kp_release(ctx: ProbeContext) -> u32 {
 }
 
 // fentry/fexit programs are bound to one function at load time, so each
-// probed function gets its own pair.
+// probed function gets its own pair. They run preemptible (migrate_disable
+// only), so they do not take the per-CPU busy guard: a preempted holder of
+// the guard would make other tasks' programs on that CPU skip their work.
+// Nothing they call takes a lock they probe, so they cannot nest into
+// themselves through our own map operations.
 macro_rules! fentry_waits {
     ($($fe:ident, $fx:ident, $flags:expr, $spinning:expr;)*) => {$(
         /// fentry at a slowpath's entry.
         #[fentry]
         pub fn $fe(ctx: FEntryContext) -> i32 {
             let lock: u64 = ctx.arg(0);
-            match guarded(|| probe_begin(&ctx, lock, $flags)) {
+            match probe_begin(&ctx, lock, $flags) {
                 Ok(r) | Err(r) => r as i32,
             }
         }
@@ -655,7 +659,7 @@ macro_rules! fentry_waits {
         /// fexit of the same slowpath.
         #[fexit]
         pub fn $fx(ctx: FExitContext) -> i32 {
-            match guarded(|| probe_end(&ctx, $spinning)) {
+            match probe_end(&ctx, $spinning) {
                 Ok(r) | Err(r) => r as i32,
             }
         }
@@ -678,7 +682,7 @@ macro_rules! fentry_releases {
         #[fentry]
         pub fn $fe(ctx: FEntryContext) -> i32 {
             let lock: u64 = ctx.arg(0);
-            match guarded(|| on_release(&ctx, lock)) {
+            match on_release(&ctx, lock) {
                 Ok(r) | Err(r) => r as i32,
             }
         }

@@ -21,7 +21,7 @@ use lockprof::{
     pipeline::{Session, SessionOptions},
     workload::{self, Workload},
 };
-use profiler_common::{Config, LockMode, LockType, MODE_AGGREGATE};
+use profiler_common::{Config, LockMode, LockType};
 
 /// Tests share the machine's two CPUs; run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -54,18 +54,7 @@ fn kernel_ready(test: &str) -> bool {
 
 /// Session options as the CLI defaults them: aggregate mode, stack budget.
 fn cli_defaults() -> SessionOptions {
-    SessionOptions {
-        load: LoadOptions {
-            config: Config {
-                mode: MODE_AGGREGATE,
-                stacks_per_window: 1000,
-                outlier_ns: 1_000_000,
-                ..Config::default()
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    SessionOptions::recommended()
 }
 
 /// Records while `w` runs with `threads` threads for `secs` seconds.

@@ -167,19 +167,32 @@ impl Aggregator {
     }
 
     /// A hold (wait_ns carries the hold time): into the lock's and the
-    /// acquirer stack's hold statistics. Locks never seen waiting are not
-    /// created by holds (they cannot be: holds follow contended waits).
+    /// acquirer stack's hold statistics. In aggregate mode the hold (streamed)
+    /// can arrive before its wait (drained every interval), so the lock and
+    /// caller rows are created here when missing, with no waits yet.
     fn ingest_hold(&mut self, ev: &ContentionEvent) {
-        let key = LockKey::of(ev);
-        let lock = match self.state.locks.get_mut(&key) {
-            Some(l) => l,
-            None => match self.state.locks.get_mut(&LockKey::OVERFLOW) {
-                Some(l) => l,
-                None => return,
-            },
-        };
+        let st = &mut self.state;
+        let mut key = LockKey::of(ev);
+        if !st.locks.contains_key(&key) && st.locks.len() >= self.limits.max_locks {
+            key = LockKey::OVERFLOW;
+        }
+        let lock = st.locks.entry(key).or_insert_with(|| LockAgg {
+            wait: Stats::new(LOCK_SIGFIG),
+            callers: FxHashMap::default(),
+            hold: None,
+            hold_callers: FxHashMap::default(),
+        });
         lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)).record(ev.wait_ns);
-        let sid = if lock.callers.contains_key(&ev.stack_id) { ev.stack_id } else { OVERFLOW_STACK };
+        let mut sid = ev.stack_id;
+        if !lock.callers.contains_key(&sid) {
+            if self.callers >= self.limits.max_callers {
+                sid = OVERFLOW_STACK;
+            }
+            if let std::collections::hash_map::Entry::Vacant(e) = lock.callers.entry(sid) {
+                self.callers += 1;
+                e.insert(Stats::new(DETAIL_SIGFIG));
+            }
+        }
         lock.hold_callers.entry(sid).or_insert_with(|| Stats::new(DETAIL_SIGFIG)).record(ev.wait_ns);
     }
 
@@ -385,16 +398,25 @@ pub(crate) mod tests {
         h.kind = EVENT_HOLD;
         a.ingest(&h);
         a.ingest(&h);
-        let mut stray = ev(0x999, lcb::MUTEX, 10, 7, 3);
-        stray.kind = EVENT_HOLD;
-        a.ingest(&stray);
+        // Aggregate mode: a hold (streamed) can arrive before its wait (drained).
+        let mut early = ev(0x999, lcb::MUTEX, 10, 7, 4);
+        early.kind = EVENT_HOLD;
+        a.ingest(&early);
+        let key = AggKey { lock_addr: 0x999, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 4 };
+        let mut v = AggVal { count: 1, total_ns: 500, min_ns: 500, max_ns: 500, ..AggVal::default() };
+        v.hist[profiler_common::hist_bucket(500)] = 1;
+        a.ingest_agg(&key, &v);
         let s = a.snapshot();
-        assert_eq!(s.events, 1, "holds are not contentions");
+        assert_eq!(s.events, 2, "holds are not contentions");
         let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
         let hold = lock.hold.as_ref().expect("hold stats");
         assert_eq!((hold.count(), hold.total_ns()), (2, 100_000));
         assert_eq!(lock.hold_callers[&3].count(), 2);
-        assert_eq!(s.locks.len(), 1, "a hold without a wait creates no lock");
+        let late = &s.locks[&LockKey { addr: 0x999, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+        assert_eq!(late.wait.count(), 1, "the wait drained after its hold lands on the same row");
+        assert_eq!(late.hold.as_ref().map(Stats::count), Some(1));
+        assert_eq!(late.callers[&4].count(), 1);
+        assert_eq!(late.hold_callers[&4].count(), 1);
     }
 
     #[test]

@@ -82,6 +82,18 @@ impl Default for SessionOptions {
     }
 }
 
+impl SessionOptions {
+    /// What `lockprof record` uses by default: aggregate mode, 10k stack
+    /// walks per second per CPU, waits of 1 ms or more listed individually.
+    pub fn recommended() -> SessionOptions {
+        let mut o = SessionOptions::default();
+        o.load.config.mode = profiler_common::MODE_AGGREGATE;
+        o.load.config.stacks_per_window = 1000;
+        o.load.config.outlier_ns = 1_000_000;
+        o
+    }
+}
+
 /// A running session.
 pub struct Session {
     probes: Probes,
