@@ -117,6 +117,9 @@ pub struct ViewArgs {
     /// CSV field separator.
     #[arg(long, value_name = "C", default_value_t = ',')]
     pub separator: char,
+    /// Only this lock: name (tasklist_lock), class, or hex address (like perf's -L).
+    #[arg(long = "lock", short = 'L', value_name = "NAME|ADDR")]
+    pub lock: Option<String>,
 }
 
 /// `lockprof record`.

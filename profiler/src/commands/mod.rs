@@ -35,6 +35,7 @@ pub(crate) fn report_options(v: &ViewArgs) -> ReportOptions {
         top: v.top,
         callers_per_lock: v.callers,
         separator: v.separator,
+        lock: v.lock.clone(),
     }
 }
 

@@ -60,6 +60,11 @@ fn holds_ok(p: &Profile, l: &LockProfile, secs: f64) -> Result<String, String> {
     if h.count() == 0 || h.total_ns() == 0 {
         return Err("hold count or total is zero".into());
     }
+    // Every contended acquisition is released (only those still held at
+    // stop are missing): holds must match waits closely.
+    if h.count() * 10 < l.wait.count() * 9 {
+        return Err(format!("only {} holds for {} contended acquisitions", h.count(), l.wait.count()));
+    }
     if h.max_ns() as f64 > secs * 1e9 + 1e9 {
         return Err(format!("hold max {} ns longer than the run", h.max_ns()));
     }

@@ -85,6 +85,8 @@ pub struct ReportOptions {
     pub callers_per_lock: usize,
     /// CSV field separator.
     pub separator: char,
+    /// Only locks matching this name, class or hex address (perf's `-L`).
+    pub lock: Option<String>,
 }
 
 impl Default for ReportOptions {
@@ -96,6 +98,7 @@ impl Default for ReportOptions {
             top: None,
             callers_per_lock: 5,
             separator: ',',
+            lock: None,
         }
     }
 }
@@ -110,9 +113,13 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> std::io::Result<Vec<u8>> {
     })
 }
 
+fn lock_wanted(l: &LockProfile, opts: &ReportOptions) -> bool {
+    opts.lock.as_deref().is_none_or(|f| crate::export::lock_matches(l, f))
+}
+
 /// Locks sorted by the chosen key (stable tie-break on address), cut to `top`.
 pub(crate) fn sorted_locks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a LockProfile> {
-    let mut v: Vec<&LockProfile> = p.locks.iter().collect();
+    let mut v: Vec<&LockProfile> = p.locks.iter().filter(|l| lock_wanted(l, opts)).collect();
     v.sort_by(|a, b| {
         opts.sort.value(&b.wait).cmp(&opts.sort.value(&a.wait)).then(a.addr.cmp(&b.addr)).then(a.mode.cmp(&b.mode))
     });
@@ -127,7 +134,8 @@ pub(crate) fn sorted_callers<'a>(
     p: &'a Profile,
     opts: &ReportOptions,
 ) -> Vec<(&'a LockProfile, &'a crate::model::CallerProfile)> {
-    let mut v: Vec<_> = p.locks.iter().flat_map(|l| l.callers.iter().map(move |c| (l, c))).collect();
+    let mut v: Vec<_> =
+        p.locks.iter().filter(|l| lock_wanted(l, opts)).flat_map(|l| l.callers.iter().map(move |c| (l, c))).collect();
     v.sort_by(|a, b| {
         opts.sort
             .value(&b.1.wait)

@@ -190,6 +190,16 @@ slowest waits:
     }
 
     #[test]
+    fn lock_filter_by_name_or_address() {
+        let opts = ReportOptions { lock: Some("tasklist_lock".into()), ..Default::default() };
+        let got = render_text(&fixture::profile(), &opts);
+        assert!(got.contains("tasklist_lock (inferred") && !got.contains("mutex @ anon_pipe_write @"), "{got}");
+        let opts = ReportOptions { lock: Some("0xffff888004a1b2c0".into()), by: By::Caller, ..Default::default() };
+        let got = render_text(&fixture::profile(), &opts);
+        assert!(got.contains("anon_pipe_write+0x1c4") && !got.contains("copy_process+0x6f1"), "{got}");
+    }
+
+    #[test]
     fn caller_view_lists_stacks() {
         let opts = ReportOptions { by: By::Caller, ..Default::default() };
         let got = render_text(&fixture::profile(), &opts);
