@@ -183,7 +183,7 @@ pub fn run_vm(o: &Opts) -> Result<()> {
         });
     }
     let (mut exit, mut oops, mut began) = (None, Vec::new(), false);
-    let (mut doctor_fentry, mut doctor_kprobe, mut fails) = (0, 0, 0);
+    let (mut doctor_fentry, mut doctor_kprobe, mut fails, mut passes) = (0, 0, 0, 0);
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap_or_default();
         println!("vm| {line}");
@@ -202,12 +202,17 @@ pub fn run_vm(o: &Opts) -> Result<()> {
         if line.starts_with("selftest: FAIL") {
             fails += 1;
         }
+        if line.starts_with("selftest: PASS") {
+            passes += 1;
+        }
         if let Some(code) = line.trim().strip_prefix("LOCKPROF-VM-EXIT=") {
             exit = code.trim().parse::<i32>().ok();
         }
     }
     let _ = child.wait();
     done.store(true, Ordering::Relaxed);
+    // The plain closing line CI reads: guest checks passed and failed.
+    println!("vm-test: {passes} passed, {fails} failed");
     if !oops.is_empty() {
         bail!("the guest kernel oopsed: {oops:?}");
     }
