@@ -107,6 +107,35 @@ pub struct Snapshot {
     pub events: u64,
 }
 
+/// The row of lock `key`, or the overflow row when the lock cap is reached
+/// (then the flag is true).
+fn lock_row<'a>(locks: &'a mut FxHashMap<LockKey, LockAgg>, limits: &Limits, key: LockKey) -> (&'a mut LockAgg, bool) {
+    let overflow = !locks.contains_key(&key) && locks.len() >= limits.max_locks;
+    let key = if overflow { LockKey::OVERFLOW } else { key };
+    let row = locks.entry(key).or_insert_with(|| LockAgg {
+        wait: Stats::new(LOCK_SIGFIG),
+        callers: FxHashMap::default(),
+        hold: None,
+        hold_callers: FxHashMap::default(),
+    });
+    (row, overflow)
+}
+
+/// The caller slot of `stack_id` in `lock`, created empty if new, or the
+/// overflow stack's when the caller cap is reached (then the flag is true).
+fn caller_slot(lock: &mut LockAgg, callers: &mut usize, max_callers: usize, stack_id: i32) -> (i32, bool) {
+    if lock.callers.contains_key(&stack_id) {
+        return (stack_id, false);
+    }
+    let overflow = *callers >= max_callers;
+    let sid = if overflow { OVERFLOW_STACK } else { stack_id };
+    if let std::collections::hash_map::Entry::Vacant(e) = lock.callers.entry(sid) {
+        *callers += 1;
+        e.insert(Stats::new(DETAIL_SIGFIG));
+    }
+    (sid, overflow)
+}
+
 /// Who waited, from where.
 #[derive(Clone, Copy)]
 struct Waiter<'a> {
@@ -171,28 +200,9 @@ impl Aggregator {
     /// can arrive before its wait (drained every interval), so the lock and
     /// caller rows are created here when missing, with no waits yet.
     fn ingest_hold(&mut self, ev: &ContentionEvent) {
-        let st = &mut self.state;
-        let mut key = LockKey::of(ev);
-        if !st.locks.contains_key(&key) && st.locks.len() >= self.limits.max_locks {
-            key = LockKey::OVERFLOW;
-        }
-        let lock = st.locks.entry(key).or_insert_with(|| LockAgg {
-            wait: Stats::new(LOCK_SIGFIG),
-            callers: FxHashMap::default(),
-            hold: None,
-            hold_callers: FxHashMap::default(),
-        });
+        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, LockKey::of(ev));
         lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)).record(ev.wait_ns);
-        let mut sid = ev.stack_id;
-        if !lock.callers.contains_key(&sid) {
-            if self.callers >= self.limits.max_callers {
-                sid = OVERFLOW_STACK;
-            }
-            if let std::collections::hash_map::Entry::Vacant(e) = lock.callers.entry(sid) {
-                self.callers += 1;
-                e.insert(Stats::new(DETAIL_SIGFIG));
-            }
-        }
+        let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, ev.stack_id);
         lock.hold_callers.entry(sid).or_insert_with(|| Stats::new(DETAIL_SIGFIG)).record(ev.wait_ns);
     }
 
@@ -208,34 +218,23 @@ impl Aggregator {
 
     /// Applies `add` to the lock's, the caller's and the task's statistics,
     /// respecting the key limits.
-    fn fold(&mut self, mut key: LockKey, who: &Waiter<'_>, n: u64, add: impl Fn(&mut Stats)) {
+    fn fold(&mut self, key: LockKey, who: &Waiter<'_>, n: u64, add: impl Fn(&mut Stats)) {
         let Waiter { stack_id, tid, tgid, comm } = *who;
         let st = &mut self.state;
         st.events += n;
 
-        if !st.locks.contains_key(&key) && st.locks.len() >= self.limits.max_locks {
+        let (lock, lock_overflow) = lock_row(&mut st.locks, &self.limits, key);
+        if lock_overflow {
             st.overflow.locks += n;
-            key = LockKey::OVERFLOW;
         }
-        let lock = st.locks.entry(key).or_insert_with(|| LockAgg {
-            wait: Stats::new(LOCK_SIGFIG),
-            callers: FxHashMap::default(),
-            hold: None,
-            hold_callers: FxHashMap::default(),
-        });
         add(&mut lock.wait);
-
-        let mut sid = stack_id;
-        if !lock.callers.contains_key(&sid) {
-            if self.callers >= self.limits.max_callers {
-                st.overflow.callers += n;
-                sid = OVERFLOW_STACK;
-            }
-            if !lock.callers.contains_key(&sid) {
-                self.callers += 1;
-            }
+        let (sid, caller_overflow) = caller_slot(lock, &mut self.callers, self.limits.max_callers, stack_id);
+        if caller_overflow {
+            st.overflow.callers += n;
         }
-        add(lock.callers.entry(sid).or_insert_with(|| Stats::new(DETAIL_SIGFIG)));
+        if let Some(c) = lock.callers.get_mut(&sid) {
+            add(c);
+        }
 
         let mut tid = tid;
         if !st.tasks.contains_key(&tid) && st.tasks.len() >= self.limits.max_tasks {
