@@ -64,10 +64,9 @@ pub(super) fn own_process_group() -> std::io::Result<()> {
     if rc != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// mmap `pages` anonymous pages, touch each, munmap (mmap_lock write side).
-pub(super) fn map_touch_unmap(pages: usize) -> bool {
-    let len = pages * 4096;
-    // SAFETY: anonymous private mapping of our own; checked for MAP_FAILED.
+/// A fresh anonymous private read/write mapping of `len` bytes.
+fn map_anon(len: usize) -> Option<*mut libc::c_void> {
+    // SAFETY: a new anonymous mapping placed by the kernel; checked for MAP_FAILED.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -78,9 +77,15 @@ pub(super) fn map_touch_unmap(pages: usize) -> bool {
             0,
         )
     };
-    if p == libc::MAP_FAILED {
+    (p != libc::MAP_FAILED).then_some(p)
+}
+
+/// mmap `pages` anonymous pages, touch each, munmap (mmap_lock write side).
+pub(super) fn map_touch_unmap(pages: usize) -> bool {
+    let len = pages * 4096;
+    let Some(p) = map_anon(len) else {
         return false;
-    }
+    };
     for i in 0..pages {
         // SAFETY: within the mapping just created, writable.
         unsafe { p.cast::<u8>().add(i * 4096).write_volatile(1) };
@@ -97,21 +102,11 @@ pub(super) fn fault_pages(pages: usize) -> bool {
     }
     let len = pages * 4096;
     let base = MAP.with(|m| {
-        if m.get() == 0 {
-            // SAFETY: anonymous private mapping kept for the thread's lifetime.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p != libc::MAP_FAILED {
-                m.set(p as usize);
-            }
+        // Kept for the thread's lifetime.
+        if m.get() == 0
+            && let Some(p) = map_anon(len)
+        {
+            m.set(p as usize);
         }
         m.get()
     });
