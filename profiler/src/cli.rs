@@ -122,15 +122,9 @@ pub struct ViewArgs {
     pub lock: Option<String>,
 }
 
-/// `lockprof record`.
-#[derive(Debug, Args)]
-pub struct RecordArgs {
-    /// Stop after this many seconds (default: run until Ctrl-C or SIGTERM).
-    #[arg(long, short, value_name = "SECS")]
-    pub duration: Option<f64>,
-    /// Save the recording here (read it back with `lockprof report --input`).
-    #[arg(long, short, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+/// What to trace: shared by `record` and `top`.
+#[derive(Debug, Args, Clone)]
+pub struct FilterArgs {
     /// Only these processes (repeatable).
     #[arg(long, short, value_name = "PID")]
     pub pid: Vec<u32>,
@@ -140,6 +134,20 @@ pub struct RecordArgs {
     /// Wait backend.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
+}
+
+/// `lockprof record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Stop after this many seconds (default: run until Ctrl-C or SIGTERM).
+    #[arg(long, short, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Save the recording here (read it back with `lockprof report --input`).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// What to trace.
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Ring buffer size in MiB (power of two).
     #[arg(long, value_name = "MIB", default_value_t = 4)]
     pub ringbuf_mb: u32,
@@ -197,15 +205,9 @@ pub struct TopArgs {
     /// Refresh interval, seconds.
     #[arg(long, short, value_name = "SECS", default_value_t = 1.0)]
     pub interval: f64,
-    /// Only these processes (repeatable).
-    #[arg(long, short, value_name = "PID")]
-    pub pid: Vec<u32>,
-    /// Only these lock types, comma separated.
-    #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',')]
-    pub types: Vec<String>,
-    /// Wait backend.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
-    pub backend: BackendChoice,
+    /// What to trace.
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// How waits reach userspace.
     #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
     pub mode: Mode,
@@ -305,9 +307,9 @@ mod tests {
         assert_eq!(r.duration, Some(5.0));
         assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.lockprof")));
         assert_eq!(r.view.format, Format::Json);
-        assert_eq!(r.pid, [1, 2]);
-        assert_eq!(r.types, ["mutex", "rwlock"]);
-        assert_eq!(r.backend, BackendChoice::TpBtf);
+        assert_eq!(r.filter.pid, [1, 2]);
+        assert_eq!(r.filter.types, ["mutex", "rwlock"]);
+        assert_eq!(r.filter.backend, BackendChoice::TpBtf);
         assert_eq!(r.view.top, Some(3));
     }
 

@@ -37,7 +37,7 @@ pub(crate) fn session_options(args: &RecordArgs, verbose: u8) -> Result<SessionO
     {
         return Err(UsageError(format!("--duration must be a positive number of seconds, not {d}")));
     }
-    for pid in &args.pid {
+    for pid in &args.filter.pid {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(UsageError(format!("--pid {pid}: no such process")));
         }
@@ -49,18 +49,18 @@ pub(crate) fn session_options(args: &RecordArgs, verbose: u8) -> Result<SessionO
         return Err(UsageError("--stack-map-size and --max-callers must be positive".into()));
     }
     let mut filters = Vec::new();
-    if !args.pid.is_empty() {
-        filters.push(format!("pid={}", args.pid.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+    if !args.filter.pid.is_empty() {
+        filters.push(format!("pid={}", args.filter.pid.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
     }
-    if !args.types.is_empty() {
-        filters.push(format!("type={}", args.types.join(",")));
+    if !args.filter.types.is_empty() {
+        filters.push(format!("type={}", args.filter.types.join(",")));
     }
     Ok(SessionOptions {
         load: LoadOptions {
-            backend: args.backend,
+            backend: args.filter.backend,
             config: Config {
-                type_mask: type_mask(&args.types)?,
-                filter_tgid: u32::from(!args.pid.is_empty()),
+                type_mask: type_mask(&args.filter.types)?,
+                filter_tgid: u32::from(!args.filter.pid.is_empty()),
                 stacks_per_window: args.stack_rate.div_ceil(10),
                 mode: match args.mode {
                     Mode::Aggregate => MODE_AGGREGATE,
@@ -68,7 +68,7 @@ pub(crate) fn session_options(args: &RecordArgs, verbose: u8) -> Result<SessionO
                 },
                 outlier_ns: args.outlier_us.saturating_mul(1000),
             },
-            tgids: args.pid.clone(),
+            tgids: args.filter.pid.clone(),
             ringbuf_bytes: args.ringbuf_mb << 20,
             stack_entries: args.stack_map_size,
             ..LoadOptions::default()

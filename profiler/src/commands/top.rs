@@ -25,13 +25,14 @@ pub async fn top(args: &TopArgs, verbose: u8) -> anyhow::Result<()> {
     if !(args.interval.is_finite() && args.interval >= 0.1) {
         return Err(UsageError(format!("--interval must be at least 0.1 seconds, not {}", args.interval)).into());
     }
-    let mut argv = vec!["lockprof".to_string(), "record".into(), format!("--backend={}", backend_word(args.backend))];
+    let mut argv =
+        vec!["lockprof".to_string(), "record".into(), format!("--backend={}", backend_word(args.filter.backend))];
     argv.push(format!("--mode={}", if args.mode == Mode::Stream { "stream" } else { "aggregate" }));
-    for p in &args.pid {
+    for p in &args.filter.pid {
         argv.push(format!("--pid={p}"));
     }
-    if !args.types.is_empty() {
-        argv.push(format!("--type={}", args.types.join(",")));
+    if !args.filter.types.is_empty() {
+        argv.push(format!("--type={}", args.filter.types.join(",")));
     }
     let cli = Cli::try_parse_from(argv).map_err(|e| UsageError(e.to_string()))?;
     let Command::Record(rec) = cli.command else {
