@@ -122,6 +122,80 @@ pub const EVENT_AGG_OVERFLOW: u32 = 3;
 /// `stack_id` the acquirer's stack.
 pub const EVENT_HOLD: u32 = 4;
 
+/// Record kind of a [`YieldEvent`] (at the same offset as
+/// [`ContentionEvent::kind`], so a reader can tell records apart).
+pub const EVENT_YIELD: u32 = 5;
+
+/// One `yield_to()` call (KVM directed yield), sent at its return.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct YieldEvent {
+    /// Nanoseconds from entry to return (a successful yield includes the
+    /// `schedule()` that hands the CPU over, so the time until the yielder
+    /// runs again).
+    pub latency_ns: u64,
+    /// `bpf_ktime_get_ns()` at return (CLOCK_MONOTONIC).
+    pub end_ns: u64,
+    /// Target task's pid (thread id), 0 when unknown (no BTF offsets).
+    pub target_pid: u32,
+    /// Target task's tgid, 0 when unknown.
+    pub target_tgid: u32,
+    /// Yielding thread id.
+    pub tid: u32,
+    /// Yielding process id.
+    pub tgid: u32,
+    /// Return value: > 0 yielded, 0 not yielded, < 0 error (-ESRCH: target
+    /// running or not runnable).
+    pub ret: i32,
+    /// The `preempt` argument (KVM passes 1: preempt the target's CPU).
+    pub preempt: u32,
+    /// CPU of the return.
+    pub cpu: u32,
+    /// Record kind, [`EVENT_YIELD`] (same offset as in [`ContentionEvent`]).
+    pub kind: u32,
+    /// Caller stack captured at entry; negative errno on failure.
+    pub stack_id: i32,
+    /// Reserved, zero.
+    pub _pad: u32,
+    /// `comm` of the yielding thread.
+    pub comm: [u8; 16],
+    /// `comm` of the target task (empty when unknown).
+    pub target_comm: [u8; 16],
+}
+
+/// State between `yield_to` entry and return, per yielding thread.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct YieldStart {
+    /// `bpf_ktime_get_ns()` at entry.
+    pub start_ns: u64,
+    /// Target pid.
+    pub target_pid: u32,
+    /// Target tgid.
+    pub target_tgid: u32,
+    /// Caller stack id.
+    pub stack_id: i32,
+    /// `preempt` argument.
+    pub preempt: u32,
+    /// Target comm.
+    pub target_comm: [u8; 16],
+}
+
+/// Offsets inside `struct task_struct`, found in the kernel's BTF by
+/// userspace and written into the programs' globals (0: unknown).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskOffsets {
+    /// `pid`.
+    pub pid: u32,
+    /// `tgid`.
+    pub tgid: u32,
+    /// `comm`.
+    pub comm: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
+}
+
 /// Key of the hold-tracking map: a lock and the thread that acquired it after
 /// waiting (readers hold concurrently, so the thread is part of the key).
 #[repr(C)]
@@ -406,8 +480,14 @@ pub mod counter {
     pub const HOLD_MAP_FULL: u32 = 12;
     /// Holds measured.
     pub const HOLDS: u32 = 13;
+    /// yield_to: the per-thread entry map was full, that call is not measured.
+    pub const YIELD_MAP_FULL: u32 = 14;
+    /// yield_to: a return without a recorded entry (attached mid-call).
+    pub const YIELD_UNMATCHED: u32 = 15;
+    /// yield_to calls recorded.
+    pub const YIELDS: u32 = 16;
     /// Number of counters.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 17;
 
     /// Stable names, indexed by counter.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -425,6 +505,9 @@ pub mod counter {
         "outliers",
         "hold_map_full",
         "holds",
+        "yield_map_full",
+        "yield_unmatched",
+        "yield_calls",
     ];
 }
 
@@ -460,6 +543,12 @@ mod pod {
     unsafe impl aya::Pod for super::TaskWait {}
     // SAFETY: repr(C), two u64; any bits valid.
     unsafe impl aya::Pod for super::StackBudget {}
+    // SAFETY: repr(C), 2 x u64 + 10 x u32/i32 + 2 x 16 bytes (88 bytes, no padding); any bits valid.
+    unsafe impl aya::Pod for super::YieldEvent {}
+    // SAFETY: repr(C), u64 + 4 x u32/i32 + 16 bytes (40 bytes, no padding); any bits valid.
+    unsafe impl aya::Pod for super::YieldStart {}
+    // SAFETY: repr(C), four u32; any bits valid.
+    unsafe impl aya::Pod for super::TaskOffsets {}
 }
 
 #[cfg(test)]
@@ -503,6 +592,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<Config>(), 24);
         assert_eq!(core::mem::size_of::<AggKey>(), 24);
         assert_eq!(core::mem::size_of::<AggVal>(), 432);
+        assert_eq!(core::mem::size_of::<YieldEvent>(), 88);
+        assert_eq!(core::mem::size_of::<YieldStart>(), 40);
+        // Readers tell records apart by `kind` at the same offset.
+        assert_eq!(core::mem::offset_of!(YieldEvent, kind), core::mem::offset_of!(ContentionEvent, kind));
     }
 
     #[test]

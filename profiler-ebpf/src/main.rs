@@ -16,7 +16,7 @@
 use aya_ebpf::{
     EbpfContext, Global,
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
     programs::{
@@ -27,9 +27,9 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AggKey, AggVal, Config, ContentionEvent, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
-    DEFAULT_STACK_ENTRIES, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, HoldKey, HoldStart,
-    LockType, MODE_AGGREGATE, MODE_STREAM, PendingWait, STACK_SKIPPED, StackBudget, TaskWait, counter, hist_bucket,
-    lcb, probe_flags, task_key,
+    DEFAULT_STACK_ENTRIES, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, HoldKey,
+    HoldStart, LockType, MODE_AGGREGATE, MODE_STREAM, PendingWait, STACK_SKIPPED, StackBudget, TaskOffsets, TaskWait,
+    YieldEvent, YieldStart, counter, hist_bucket, lcb, probe_flags, task_key,
 };
 
 /// Filters, written by userspace before load.
@@ -51,6 +51,12 @@ static TP_BEGIN_LOCK_OFF: Global<u32> = Global::new(8);
 static TP_BEGIN_FLAGS_OFF: Global<u32> = Global::new(16);
 #[unsafe(no_mangle)]
 static TP_END_LOCK_OFF: Global<u32> = Global::new(8);
+
+/// `struct task_struct` offsets of `pid`, `tgid` and `comm`, found by
+/// userspace in the kernel's BTF (0: unknown; the yield target is then
+/// reported without identity).
+#[unsafe(no_mangle)]
+static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets { pid: 0, tgid: 0, comm: 0, _pad: 0 });
 
 /// Completed contentions for userspace.
 #[map]
@@ -110,6 +116,10 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT
 /// exact.
 #[map]
 static BUSY: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// `yield_to` calls in progress, by yielding thread.
+#[map]
+static YIELD_PENDING: HashMap<u32, YieldStart> = HashMap::with_max_entries(4096, 0);
 
 /// Processes to record when `Config::filter_tgid` is set.
 #[map]
@@ -385,6 +395,17 @@ fn unmatched_end() {
     }
 }
 
+/// Ring-buffer submit flags: wake the reader only once enough is waiting.
+#[inline(always)]
+fn submit_flags() -> u64 {
+    let f = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    f as u64
+}
+
 /// Sends one record through the ring buffer.
 #[inline(always)]
 fn stream<C: EbpfContext>(ctx: &C, kind: u32, p: &PendingWait, lock_addr: u64, ids: (u32, u32, u32), now: u64) {
@@ -404,12 +425,7 @@ fn stream<C: EbpfContext>(ctx: &C, kind: u32, p: &PendingWait, lock_addr: u64, i
                 comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
             };
             entry.write(ev);
-            let flags = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
-                BPF_RB_FORCE_WAKEUP
-            } else {
-                BPF_RB_NO_WAKEUP
-            };
-            entry.submit(flags as u64);
+            entry.submit(submit_flags());
             count(counter::EVENTS);
         }
         None => {
@@ -702,6 +718,120 @@ fentry_releases!(
     fr_read_unlock_bh,
     fr_write_unlock_bh,
 );
+
+/// `yield_to(p, preempt)` entered: remember when, the caller stack and the
+/// target's identity (read through the BTF offsets) for the return.
+#[inline(always)]
+fn yield_entry<C: StackIdContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, u32> {
+    let (tid, tgid) = current_ids();
+    if !wanted(&CONFIG.load(), tgid) {
+        return Ok(0);
+    }
+    let off = TASK_OFFSETS.load();
+    let mut start = YieldStart { stack_id: capture_stack(ctx), preempt, ..YieldStart::default() };
+    if task != 0 && off.pid != 0 {
+        // SAFETY: `task` is the kernel's `struct task_struct *` argument and the
+        // offsets come from the running kernel's BTF; bpf_probe_read_kernel
+        // validates the address and fails cleanly.
+        unsafe {
+            start.target_pid = bpf_probe_read_kernel((task + u64::from(off.pid)) as *const u32).unwrap_or(0);
+            start.target_tgid = bpf_probe_read_kernel((task + u64::from(off.tgid)) as *const u32).unwrap_or(0);
+            if off.comm != 0 {
+                start.target_comm =
+                    bpf_probe_read_kernel((task + u64::from(off.comm)) as *const [u8; 16]).unwrap_or([0u8; 16]);
+            }
+        }
+    }
+    // SAFETY: helper without preconditions.
+    start.start_ns = unsafe { bpf_ktime_get_ns() };
+    if YIELD_PENDING.insert(tid, start, 0).is_err() && count(counter::YIELD_MAP_FULL) {
+        warn!(ctx, "lockprof: yield_to entry map full");
+    }
+    Ok(0)
+}
+
+/// `yield_to` returned `ret`: one record with the outcome and latency.
+#[inline(always)]
+fn yield_return<C: EbpfContext>(ctx: &C, ret: i32) -> Result<u32, u32> {
+    let (tid, tgid) = current_ids();
+    // SAFETY: plain value copied out of a live entry.
+    let Some(start) = (unsafe { YIELD_PENDING.get(tid) }).copied() else {
+        if wanted(&CONFIG.load(), tgid) {
+            count(counter::YIELD_UNMATCHED);
+        }
+        return Ok(0);
+    };
+    let _ = YIELD_PENDING.remove(tid);
+    // SAFETY: helpers without preconditions.
+    let (now, cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
+    count(counter::YIELDS);
+    match EVENTS.reserve::<YieldEvent>(0) {
+        Some(mut entry) => {
+            entry.write(YieldEvent {
+                latency_ns: now.saturating_sub(start.start_ns),
+                end_ns: now,
+                target_pid: start.target_pid,
+                target_tgid: start.target_tgid,
+                tid,
+                tgid,
+                ret,
+                preempt: start.preempt,
+                cpu,
+                kind: EVENT_YIELD,
+                stack_id: start.stack_id,
+                _pad: 0,
+                comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
+                target_comm: start.target_comm,
+            });
+            entry.submit(submit_flags());
+            count(counter::EVENTS);
+        }
+        None => {
+            if count(counter::RINGBUF_FULL) {
+                warn!(ctx, "lockprof: ring buffer full, events are being lost");
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// fentry on `yield_to`.
+#[fentry]
+pub fn fe_yield_to(ctx: FEntryContext) -> i32 {
+    let task: u64 = ctx.arg(0);
+    let preempt: u64 = ctx.arg(1);
+    match yield_entry(&ctx, task, (preempt & 0xff != 0) as u32) {
+        Ok(r) | Err(r) => r as i32,
+    }
+}
+
+/// fexit of `yield_to`: arguments, then the return value.
+#[fexit]
+pub fn fx_yield_to(ctx: FExitContext) -> i32 {
+    let ret: i64 = ctx.arg(2);
+    match yield_return(&ctx, ret as i32) {
+        Ok(r) | Err(r) => r as i32,
+    }
+}
+
+/// kprobe on `yield_to` (when trampolines are unavailable).
+#[kprobe]
+pub fn kp_yield_to(ctx: ProbeContext) -> u32 {
+    let task: u64 = ctx.arg(0).unwrap_or(0);
+    let preempt: u64 = ctx.arg(1).unwrap_or(0);
+    match guarded(|| yield_entry(&ctx, task, (preempt & 0xff != 0) as u32)) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// kretprobe of `yield_to`.
+#[kretprobe]
+pub fn krp_yield_to(ctx: RetProbeContext) -> u32 {
+    let ret: i64 = ctx.ret();
+    match guarded(|| yield_return(&ctx, ret as i32)) {
+        Ok(r) | Err(r) => r,
+    }
+}
 
 #[btf_tracepoint(function = "contention_begin")]
 pub fn contention_begin_btf(ctx: BtfTracePointContext) -> i32 {

@@ -57,6 +57,27 @@ pub struct SelftestArgs {
     /// Also run kprobe and fentry side by side and compare their counts.
     #[arg(long)]
     pub agree: bool,
+    /// Only the KVM directed-yield check, driving this VMM binary (the
+    /// `yield_vmm` example), with yield_to probed by `--yield-probe`.
+    #[arg(long, value_name = "PATH")]
+    pub yield_vmm: Option<PathBuf>,
+    /// How yield_to is probed in the `--yield-vmm` check.
+    #[arg(long, value_enum, default_value_t = YieldProbe::Auto)]
+    pub yield_probe: YieldProbe,
+    /// Hypercalls the VMM makes in the `--yield-vmm` check.
+    #[arg(long, default_value_t = 300)]
+    pub hypercalls: u32,
+}
+
+/// How yield_to is probed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum YieldProbe {
+    /// fentry/fexit, else kprobe/kretprobe.
+    Auto,
+    /// fentry/fexit only.
+    Fentry,
+    /// kprobe/kretprobe only.
+    Kprobe,
 }
 
 /// `lockprof bench`.
@@ -134,6 +155,10 @@ pub struct FilterArgs {
     /// Wait backend.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
+    /// Do not profile KVM directed yield (`yield_to`; probed with fentry or
+    /// kprobe when the kernel allows, at no cost while no vCPU yields).
+    #[arg(long)]
+    pub no_yield_to: bool,
 }
 
 /// `lockprof record`.

@@ -159,15 +159,17 @@ mod tests {
 
     #[test]
     fn round_trip_renders_identically() {
-        let p = fixture::profile();
-        let path = tmp("rt");
-        save(&path, &p).expect("save");
-        let back = load(&path).expect("load");
-        let _ = std::fs::remove_file(&path);
-        let opts = ReportOptions::default();
-        assert_eq!(render_text(&back, &opts), render_text(&p, &opts));
-        assert_eq!(render_json(&back, &opts), render_json(&p, &opts));
-        assert_eq!(back.meta, p.meta);
+        for (name, p) in [("rt", fixture::profile()), ("rt-yield", fixture::profile_with_yields())] {
+            let path = tmp(name);
+            save(&path, &p).expect("save");
+            let back = load(&path).expect("load");
+            let _ = std::fs::remove_file(&path);
+            let opts = ReportOptions::default();
+            assert_eq!(render_text(&back, &opts), render_text(&p, &opts));
+            assert_eq!(render_json(&back, &opts), render_json(&p, &opts));
+            assert_eq!(back.meta, p.meta);
+            assert_eq!(back.yield_to.is_some(), p.yield_to.is_some());
+        }
     }
 
     #[test]

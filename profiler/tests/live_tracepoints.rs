@@ -515,3 +515,45 @@ fn flamegraph_folded_pprof_and_diff_of_a_pipe_storm() {
     assert!(d.contains("differential") && d.contains("pipe_write"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn yield_to_is_profiled_or_explained() {
+    if !kernel_ready("yield_to_is_profiled_or_explained") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let record = |extra: &[&str]| -> serde_json::Value {
+        let out = lockprof()
+            .args(["record", "--duration", "1", "--format", "json"])
+            .args(extra)
+            .output()
+            .expect("run record");
+        assert!(out.status.success(), "record failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+    };
+    let v = record(&[]);
+    let y = &v["yield_to"];
+    for k in
+        ["available", "calls", "yielded", "failed", "errors", "latency_total_ns", "latency_max_ns", "callers", "pairs"]
+    {
+        assert!(y.get(k).is_some(), "yield_to missing {k}: {y}");
+    }
+    if y["available"] == true {
+        // A kernel that takes fentry or kprobes (e.g. the guest of `cargo xtask vm-test`).
+        assert!(matches!(y["backend"].as_str(), Some("fentry" | "kprobe")), "{y}");
+    } else {
+        // This host: no kprobe PMU and trampolines refused. The reason must
+        // name both attempts and what the kernel said.
+        let why = y["unavailable_reason"].as_str().expect("a reason when unavailable");
+        assert!(why.contains("fentry") && why.contains("kprobe"), "{why}");
+        assert_eq!(y["calls"], 0);
+        eprintln!("yield_to unavailable here, as doctor says: {why}");
+    }
+    let v = record(&["--no-yield-to"]);
+    assert_eq!(v["yield_to"]["available"], false);
+    assert!(
+        v["yield_to"]["unavailable_reason"].as_str().is_some_and(|r| r.contains("--no-yield-to")),
+        "{}",
+        v["yield_to"]
+    );
+}

@@ -1,6 +1,8 @@
 //! `cargo xtask vm-test`: lockprof's kprobe, fentry and tracepoint backends
-//! tested inside a real Debian kernel under QEMU (TCG), since the host kernel
-//! has no kprobes and refuses fentry. See ../shared/docs/vm-testing.md.
+//! and its KVM directed-yield (yield_to) profiling, tested inside a real
+//! Debian kernel under QEMU (TCG), since the host kernel has no kprobes and
+//! refuses fentry. The guest loads the package's KVM modules (QEMU's
+//! `-cpu max` emulates SVM) and runs a tiny VMM. See ../shared/docs/vm-testing.md.
 
 use std::{
     io::{BufRead, BufReader},
@@ -103,12 +105,75 @@ rc=0
 /lockprof selftest --backend kprobe --agree || rc=1
 /lockprof selftest --backend fentry || rc=1
 /lockprof selftest --backend tracepoint || rc=1
+# KVM directed yield: nested SVM (QEMU TCG -cpu max) runs a tiny VMM whose
+# vCPU yields to the other through KVM_HC_SCHED_YIELD.
+for m in $(cat /modules/order); do insmod /modules/$m.ko || echo "insmod $m failed"; done
+if [ -c /dev/kvm ]; then
+  /lockprof selftest --backend auto --yield-vmm /yield_vmm --yield-probe fentry || rc=1
+  /lockprof selftest --backend tracepoint --yield-vmm /yield_vmm --yield-probe kprobe || rc=1
+else
+  echo "selftest: FAIL yield_to: no /dev/kvm after loading $(cat /modules/order)"
+  rc=1
+fi
 echo LOCKPROF-VM-EXIT=$rc
 poweroff -f
 "#;
 
-/// Builds the initramfs with busybox, the static lockprof and /init.
-fn initramfs(bin: &Path) -> Result<PathBuf> {
+/// The KVM modules of the guest kernel, dependencies first.
+const KVM_MODULES: &[&str] = &["kvm-amd"];
+
+/// Finds `name.ko` under the package's module tree.
+fn find_module(root: &Path, name: &str) -> Option<PathBuf> {
+    let want = format!("{}.ko", name.replace('_', "-"));
+    let want_us = format!("{}.ko", name.replace('-', "_"));
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).ok()?.filter_map(|e| e.ok()) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n == want || n == want_us) {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// The `depends=` field of a module's .modinfo section.
+fn module_depends(ko: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(ko).with_context(|| format!("reading {}", ko.display()))?;
+    let key = b"depends=";
+    let Some(at) = bytes.windows(key.len()).position(|w| w == key) else { return Ok(Vec::new()) };
+    let rest = &bytes[at + key.len()..];
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    let deps = String::from_utf8_lossy(&rest[..end]).into_owned();
+    Ok(deps.split(',').filter(|d| !d.is_empty()).map(str::to_string).collect())
+}
+
+/// Modules to insmod for `wanted`, dependencies first: (name, path).
+fn module_order(root: &Path, wanted: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+    fn visit(root: &Path, name: &str, out: &mut Vec<(String, PathBuf)>, depth: u32) -> Result<()> {
+        if depth > 16 || out.iter().any(|(n, _)| n == name) {
+            return Ok(());
+        }
+        let ko = find_module(root, name).with_context(|| format!("module {name} not in the kernel package"))?;
+        for d in module_depends(&ko)? {
+            visit(root, &d, out, depth + 1)?;
+        }
+        out.push((name.to_string(), ko));
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for w in wanted {
+        visit(root, w, &mut out, 0)?;
+    }
+    Ok(out)
+}
+
+/// Builds the initramfs with busybox, the static lockprof, the yield_to VMM,
+/// the KVM modules and /init.
+fn initramfs(bin: &Path, vmm: &Path, modules: &[(String, PathBuf)]) -> Result<PathBuf> {
     let root = vm_dir().join("initramfs");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("bin"))?;
@@ -119,8 +184,18 @@ fn initramfs(bin: &Path) -> Result<PathBuf> {
         .context("busybox not found")?;
     std::fs::copy(&busybox, root.join("bin/busybox"))?;
     std::fs::copy(bin, root.join("lockprof"))?;
+    std::fs::copy(vmm, root.join("yield_vmm"))?;
+    std::fs::create_dir_all(root.join("modules"))?;
+    let mut order = String::new();
+    for (name, ko) in modules {
+        std::fs::copy(ko, root.join("modules").join(format!("{name}.ko")))?;
+        order.push_str(name);
+        order.push('\n');
+    }
+    std::fs::write(root.join("modules/order"), order)?;
     std::fs::write(root.join("init"), INIT)?;
-    let script = "chmod 755 init lockprof bin/busybox && find . | cpio -o -H newc --quiet | gzip -1 > ../initrd.gz";
+    let script =
+        "chmod 755 init lockprof yield_vmm bin/busybox && find . | cpio -o -H newc --quiet | gzip -1 > ../initrd.gz";
     run(Command::new("sh").current_dir(&root).args(["-c", script])).context("building the initramfs")?;
     Ok(vm_dir().join("initrd.gz"))
 }
@@ -134,10 +209,13 @@ pub fn run_vm(o: &Opts) -> Result<()> {
         run(Command::new("rustup").env("PATH", path_env()).args(["target", "add", MUSL]))?;
     }
     run(cargo().args(["build", "--release", "--package", "profiler", "--target", MUSL]))?;
+    run(cargo().args(["build", "--release", "--package", "profiler", "--example", "yield_vmm", "--target", MUSL]))?;
     let bin = workspace_root().join(format!("target/{MUSL}/release/lockprof"));
+    let vmm = workspace_root().join(format!("target/{MUSL}/release/examples/yield_vmm"));
     let pkg = kernel_package(o)?;
     let vmlinuz = kernel(&pkg)?;
-    let initrd = initramfs(&bin)?;
+    let modules = module_order(&vm_dir().join(&pkg).join("lib/modules"), KVM_MODULES)?;
+    let initrd = initramfs(&bin, &vmm, &modules)?;
     eprintln!("xtask: booting {} under QEMU (TCG, 4 vCPUs)", vmlinuz.display());
 
     let mut child = Command::new("qemu-system-x86_64")
@@ -183,7 +261,7 @@ pub fn run_vm(o: &Opts) -> Result<()> {
         });
     }
     let (mut exit, mut oops, mut began) = (None, Vec::new(), false);
-    let (mut doctor_fentry, mut doctor_kprobe, mut fails, mut passes) = (0, 0, 0, 0);
+    let (mut doctor_fentry, mut doctor_kprobe, mut fails, mut passes, mut yield_passes) = (0, 0, 0, 0, 0);
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap_or_default();
         println!("vm| {line}");
@@ -205,6 +283,9 @@ pub fn run_vm(o: &Opts) -> Result<()> {
         if line.starts_with("selftest: PASS") {
             passes += 1;
         }
+        if line.starts_with("selftest: PASS yield_to-") {
+            yield_passes += 1;
+        }
         if let Some(code) = line.trim().strip_prefix("LOCKPROF-VM-EXIT=") {
             exit = code.trim().parse::<i32>().ok();
         }
@@ -221,6 +302,9 @@ pub fn run_vm(o: &Opts) -> Result<()> {
     }
     if doctor_fentry < 2 || doctor_kprobe < 2 {
         bail!("doctor in the guest did not report fentry and kprobe available for waits and holds");
+    }
+    if yield_passes < 2 {
+        bail!("the yield_to checks (fentry and kprobe) did not both pass in the guest");
     }
     match exit {
         Some(0) if fails == 0 => {

@@ -78,6 +78,23 @@ pub fn render_doctor(d: &features::Doctor) -> String {
             None => "not available: no release function can be probed (waits only)".to_string(),
         }
     );
+    let _ = writeln!(s, "yield_to probes (KVM directed yield):");
+    for b in &d.yield_to {
+        let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
+    }
+    let _ = writeln!(
+        s,
+        "yield_to:          {}; kvm module {}; task_struct offsets: {}",
+        match d.yield_pick {
+            Some(k) => format!("profiled with {k}"),
+            None => "not available: yield_to cannot be probed here (needs fentry or kprobes)".to_string(),
+        },
+        if d.kvm_loaded { "loaded" } else { "not loaded (nothing calls yield_to until KVM runs vCPUs)" },
+        match &d.task_offsets {
+            Ok(o) => o.clone(),
+            Err(e) => format!("unknown ({e}): yield targets are not named"),
+        }
+    );
     s
 }
 

@@ -8,6 +8,7 @@ mod report;
 mod selftest;
 mod stress;
 mod top;
+mod yield_check;
 
 pub use bench::bench;
 pub use doctor::doctor;

@@ -71,6 +71,7 @@ pub(crate) fn session_options(args: &RecordArgs, verbose: u8) -> Result<SessionO
             tgids: args.filter.pid.clone(),
             ringbuf_bytes: args.ringbuf_mb << 20,
             stack_entries: args.stack_map_size,
+            yield_to: !args.filter.no_yield_to,
             ..LoadOptions::default()
         },
         limits: Limits { max_callers: args.max_callers, ..Limits::default() },

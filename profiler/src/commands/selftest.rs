@@ -179,6 +179,9 @@ async fn agreement(secs: f64) -> Check {
 
 /// Runs the checks for one backend; errors when any fails.
 pub async fn selftest(args: &SelftestArgs) -> anyhow::Result<()> {
+    if let Some(vmm) = &args.yield_vmm {
+        return super::yield_check::yield_selftest(args, vmm).await;
+    }
     let backend = args.backend;
     let secs = args.duration;
     let ks = crate::symbols::Kallsyms::load().ok();

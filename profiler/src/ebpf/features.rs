@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::{
     Privileges, TraceFs, check_privileges,
-    probes::{ProbeKind, attach_releases},
+    probes::{ProbeKind, attach_releases, attach_yield, yield_hint},
 };
 use crate::symbols::Kallsyms;
 
@@ -60,6 +60,14 @@ pub struct Doctor {
     pub holds: Vec<BackendCheck>,
     /// Hold backend `auto` uses, if any.
     pub hold_pick: Option<&'static str>,
+    /// yield_to probes tried (KVM directed yield).
+    pub yield_to: Vec<BackendCheck>,
+    /// How `record` probes yield_to, if it can.
+    pub yield_pick: Option<&'static str>,
+    /// The kvm module is loaded (yield_to is only called by KVM).
+    pub kvm_loaded: bool,
+    /// `struct task_struct` offsets for naming yield targets, or why not.
+    pub task_offsets: Result<String, String>,
 }
 
 /// Serializable privileges.
@@ -122,7 +130,7 @@ fn check_kallsyms() -> (KallsymsFacts, Option<Kallsyms>) {
 }
 
 fn try_wait_backend(backend: super::BackendChoice) -> (bool, String) {
-    let opts = super::LoadOptions { backend, holds: false, ..Default::default() };
+    let opts = super::LoadOptions { backend, holds: false, yield_to: false, ..Default::default() };
     match super::Probes::load(&opts) {
         Ok(mut p) => {
             let mut detail = "loaded and attached, then detached".to_string();
@@ -155,6 +163,19 @@ fn try_holds(kind: ProbeKind) -> (bool, String) {
     (!a.ok.is_empty(), parts.join("; "))
 }
 
+/// Attaches the yield_to probes of one kind.
+fn try_yield(kind: ProbeKind) -> (bool, String) {
+    let btf = Btf::from_sys_fs().ok();
+    let mut ebpf = match EbpfLoader::new().allow_unsupported_maps().load(super::object_bytes()) {
+        Ok(e) => e,
+        Err(e) => return (false, format!("loading the object: {e}")),
+    };
+    match attach_yield(&mut ebpf, kind, btf.as_ref()) {
+        Ok(()) => (true, "yield_to entry and return probed, then detached".to_string()),
+        Err(e) => (false, yield_hint(kind, &e)),
+    }
+}
+
 /// Runs every check.
 pub fn run() -> Doctor {
     let privs = check_privileges();
@@ -163,6 +184,7 @@ pub fn run() -> Doctor {
     let (kallsyms, _) = check_kallsyms();
     let mut backends = Vec::new();
     let mut holds = Vec::new();
+    let mut yields = Vec::new();
     if privs.can_trace() {
         for (name, (ok, detail)) in [
             ("tp_btf", try_wait_backend(super::BackendChoice::TpBtf)),
@@ -176,6 +198,10 @@ pub fn run() -> Doctor {
         {
             holds.push(BackendCheck { name, available: ok, detail });
         }
+        for (name, (ok, detail)) in [("fentry", try_yield(ProbeKind::Fentry)), ("kprobe", try_yield(ProbeKind::Kprobe))]
+        {
+            yields.push(BackendCheck { name, available: ok, detail });
+        }
     } else {
         let why = privs.missing().unwrap_or_default();
         for name in ["tp_btf", "tracepoint", "fentry", "kprobe"] {
@@ -183,6 +209,7 @@ pub fn run() -> Doctor {
         }
         for name in ["fentry", "kprobe"] {
             holds.push(BackendCheck { name, available: false, detail: format!("not tried: {why}") });
+            yields.push(BackendCheck { name, available: false, detail: format!("not tried: {why}") });
         }
     }
     let avail = |n: &str| backends.iter().any(|b| b.name == n && b.available);
@@ -200,6 +227,10 @@ pub fn run() -> Doctor {
         (None, "no wait backend attaches on this kernel".to_string())
     };
     let hold_pick = holds.iter().find(|h| h.available).map(|h| h.name);
+    let yield_pick = yields.iter().find(|h| h.available).map(|h| h.name);
+    let task_offsets = super::btf::kernel_task_offsets()
+        .map(|o| format!("pid at {}, tgid at {}, comm at {}", o.pid, o.tgid, o.comm))
+        .map_err(|e| e.to_string());
     Doctor {
         kernel: kernel_release(),
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
@@ -212,5 +243,9 @@ pub fn run() -> Doctor {
         auto_reason,
         holds,
         hold_pick,
+        yield_to: yields,
+        yield_pick,
+        kvm_loaded: std::path::Path::new("/sys/module/kvm").exists(),
+        task_offsets,
     }
 }

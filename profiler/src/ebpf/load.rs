@@ -12,7 +12,10 @@ use profiler_common::{Config, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DE
 use super::{
     TraceFs, TracefsError, check_privileges,
     counters::KernelCounters,
-    probes::{ProbeKind, RELEASE_TARGETS, WAIT_TARGETS, attach_releases, attach_waits},
+    probes::{
+        ProbeKind, RELEASE_TARGETS, WAIT_TARGETS, attach_releases, attach_waits, attach_yield, yield_hint,
+        yield_programs,
+    },
 };
 use crate::symbols::StackSource;
 
@@ -118,6 +121,10 @@ pub struct LoadOptions {
     pub agg_entries: u32,
     /// Measure hold times when release functions can be probed (fentry, then kprobe).
     pub holds: bool,
+    /// Profile KVM directed yield (`yield_to`) when it can be probed (fentry, then kprobe).
+    pub yield_to: bool,
+    /// Probe `yield_to` only this way (default: fentry, then kprobe).
+    pub yield_probe: Option<ProbeKind>,
 }
 
 impl Default for LoadOptions {
@@ -131,6 +138,8 @@ impl Default for LoadOptions {
             pending_entries: DEFAULT_PENDING_ENTRIES,
             agg_entries: profiler_common::DEFAULT_AGG_ENTRIES,
             holds: true,
+            yield_to: true,
+            yield_probe: None,
         }
     }
 }
@@ -140,6 +149,8 @@ pub struct Probes {
     ebpf: Ebpf,
     backend: WaitBackend,
     hold: Option<ProbeKind>,
+    yield_kind: Option<ProbeKind>,
+    yield_unavailable: Option<String>,
     attempts: Vec<(String, String)>,
     notes: Vec<String>,
 }
@@ -255,6 +266,41 @@ fn unload_releases(ebpf: &mut Ebpf) {
     }
 }
 
+/// Attaches the yield_to probes, fentry first, then kprobe. Returns the kind
+/// attached, or why none did.
+fn attach_yields(
+    ebpf: &mut Ebpf,
+    btf: Option<&Btf>,
+    only: Option<ProbeKind>,
+    offsets: Option<Result<profiler_common::TaskOffsets, super::btf::BtfError>>,
+    notes: &mut Vec<String>,
+) -> (Option<ProbeKind>, Option<String>) {
+    let mut tried = Vec::new();
+    let kinds = match only {
+        Some(k) => vec![k],
+        None => vec![ProbeKind::Fentry, ProbeKind::Kprobe],
+    };
+    for kind in kinds {
+        match attach_yield(ebpf, kind, btf) {
+            Ok(()) => {
+                if let Some(Err(e)) = offsets {
+                    notes.push(format!("yield_to: targets are not named ({e})"));
+                }
+                return (Some(kind), None);
+            }
+            Err(e) => {
+                for name in yield_programs(kind) {
+                    if let Some(p) = ebpf.program_mut(name) {
+                        unload_program(p);
+                    }
+                }
+                tried.push(format!("{}: {}", kind.name(), yield_hint(kind, &e)));
+            }
+        }
+    }
+    (None, Some(format!("yield_to cannot be probed on this kernel ({})", tried.join("; "))))
+}
+
 impl Probes {
     /// Checks privileges, loads the object with `opts`, and attaches a backend.
     pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
@@ -271,6 +317,8 @@ impl Probes {
         let begin_lock = off("contention_begin", "lock_addr", 8);
         let begin_flags = off("contention_begin", "flags", 16);
         let end_lock = off("contention_end", "lock_addr", 8);
+        // task_struct offsets name the task a vCPU yields to.
+        let task_offsets = if opts.yield_to { Some(super::btf::kernel_task_offsets()) } else { None };
 
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &opts.config, true)
@@ -278,6 +326,11 @@ impl Probes {
             .override_global("TP_BEGIN_LOCK_OFF", &begin_lock, true)
             .override_global("TP_BEGIN_FLAGS_OFF", &begin_flags, true)
             .override_global("TP_END_LOCK_OFF", &end_lock, true)
+            .override_global(
+                "TASK_OFFSETS",
+                &task_offsets.as_ref().and_then(|r| r.as_ref().ok()).copied().unwrap_or_default(),
+                true,
+            )
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .map_max_entries("STACKS", opts.stack_entries)
             .map_max_entries("PENDING", opts.pending_entries)
@@ -326,6 +379,11 @@ impl Probes {
                 on.set(0, 1, 0).map_err(|e| LoadError::Map { name: "HOLD_ON", detail: e.to_string() })?;
             }
         }
+        let (yield_kind, yield_unavailable) = if opts.yield_to {
+            attach_yields(&mut ebpf, btf.as_ref(), opts.yield_probe, task_offsets, &mut notes)
+        } else {
+            (None, Some("yield_to profiling was turned off (--no-yield-to)".to_string()))
+        };
         let order: &[WaitBackend] = match opts.backend {
             BackendChoice::Auto => {
                 &[WaitBackend::TpBtf, WaitBackend::Tracepoint, WaitBackend::Fentry, WaitBackend::Kprobe]
@@ -358,7 +416,7 @@ impl Probes {
                     for n in &notes {
                         log::warn!("{n}");
                     }
-                    return Ok(Probes { ebpf, backend, hold, attempts, notes });
+                    return Ok(Probes { ebpf, backend, hold, yield_kind, yield_unavailable, attempts, notes });
                 }
                 Err(e) => {
                     log::warn!("{} backend unavailable: {e}", backend.name());
@@ -383,6 +441,16 @@ impl Probes {
     /// The hold backend, if release functions could be probed.
     pub fn hold(&self) -> Option<ProbeKind> {
         self.hold
+    }
+
+    /// How `yield_to` is probed, if it is.
+    pub fn yield_kind(&self) -> Option<ProbeKind> {
+        self.yield_kind
+    }
+
+    /// Why `yield_to` is not profiled (None when it is).
+    pub fn yield_unavailable(&self) -> Option<String> {
+        self.yield_unavailable.clone()
     }
 
     /// Degradations: functions that could not be probed.

@@ -1,6 +1,7 @@
 //! Loading, attaching and probing lockprof's eBPF programs.
 
 mod aggregates;
+pub mod btf;
 mod caps;
 mod counters;
 pub mod features;

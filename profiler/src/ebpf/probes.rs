@@ -221,3 +221,49 @@ pub fn attach_releases(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> A
     }
     out
 }
+
+/// The KVM directed-yield function lockprof probes.
+pub const YIELD_FUNC: &str = "yield_to";
+
+/// Programs of the yield_to probes, by kind: (entry, return).
+pub fn yield_programs(kind: ProbeKind) -> [&'static str; 2] {
+    match kind {
+        ProbeKind::Fentry => ["fe_yield_to", "fx_yield_to"],
+        ProbeKind::Kprobe => ["kp_yield_to", "krp_yield_to"],
+    }
+}
+
+/// Attaches the yield_to entry and return programs of one kind (return first,
+/// so no entry is left without its return).
+pub fn attach_yield(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Result<(), String> {
+    let [entry, ret] = yield_programs(kind);
+    match kind {
+        ProbeKind::Kprobe => {
+            kprobe(ebpf, ret)?.attach(YIELD_FUNC, 0).map(drop).map_err(|e| error_chain(&e))?;
+            kprobe(ebpf, entry)?.attach(YIELD_FUNC, 0).map(drop).map_err(|e| error_chain(&e))
+        }
+        ProbeKind::Fentry => {
+            let btf = btf.ok_or_else(|| "no kernel BTF".to_string())?;
+            let fx: &mut FExit = ebpf
+                .program_mut(ret)
+                .ok_or_else(|| format!("program {ret} missing"))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+            fx.load(YIELD_FUNC, btf).map_err(|e| format!("loading fexit: {}", error_chain(&e)))?;
+            fx.attach().map_err(|e| format!("attaching fexit: {}", error_chain(&e)))?;
+            let fe: &mut FEntry = ebpf
+                .program_mut(entry)
+                .ok_or_else(|| format!("program {entry} missing"))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+            fe.load(YIELD_FUNC, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
+            fe.attach().map(drop).map_err(|e| format!("attaching fentry: {}", error_chain(&e)))
+        }
+    }
+}
+
+/// What [`attach_yield`]'s error means, for messages.
+pub fn yield_hint(kind: ProbeKind, e: &str) -> String {
+    let a = Attached { ok: Vec::new(), failed: vec![(YIELD_FUNC, e.to_string())] };
+    a.summary(kind)
+}

@@ -4,7 +4,9 @@
 mod kind;
 mod profile;
 mod stats;
+mod yields;
 
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{CallerProfile, LockProfile, Meta, NameSource, Profile, SlowWait, TaskProfile};
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};
+pub use yields::{RqContention, YieldCaller, YieldPair, YieldProfile, YieldStats};

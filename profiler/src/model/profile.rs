@@ -6,7 +6,7 @@ use profiler_common::{LockMode, LockType};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Stats,
+    Stats, YieldProfile,
     kind::{serde_mode, serde_type},
 };
 
@@ -45,6 +45,12 @@ pub struct Meta {
     /// How hold times were measured (`fentry`, `kprobe`), when they were.
     #[serde(default)]
     pub hold_backend: Option<String>,
+    /// How `yield_to` was probed (`fentry`, `kprobe`), when it was.
+    #[serde(default)]
+    pub yield_backend: Option<String>,
+    /// Why `yield_to` was not profiled, when it was not.
+    #[serde(default)]
+    pub yield_unavailable: Option<String>,
     /// Degradations: functions that could not be probed on this kernel.
     #[serde(default)]
     pub notes: Vec<String>,
@@ -151,6 +157,9 @@ pub struct Profile {
     /// The longest individual waits, longest first.
     #[serde(default)]
     pub slowest: Vec<SlowWait>,
+    /// KVM directed yield, when `yield_to` was probed.
+    #[serde(default)]
+    pub yield_to: Option<YieldProfile>,
 }
 
 impl Profile {

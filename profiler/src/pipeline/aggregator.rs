@@ -2,12 +2,13 @@
 //! per-lock, per-caller-stack and per-task statistics with bounded memory.
 
 use profiler_common::{
-    AggKey, AggVal, ContentionEvent, EVENT_HOLD, EVENT_OUTLIER, HIST_BUCKETS, LockMode, LockType, hist_bucket_low,
+    AggKey, AggVal, ContentionEvent, EVENT_HOLD, EVENT_OUTLIER, HIST_BUCKETS, LockMode, LockType, YieldEvent,
+    hist_bucket_low,
 };
 use rustc_hash::FxHashMap;
 
 use crate::{
-    model::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats},
+    model::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats, YieldStats},
     symbols::OVERFLOW_STACK,
 };
 
@@ -88,6 +89,48 @@ pub struct Overflow {
     pub tasks: u64,
 }
 
+/// A yielding thread and the task it yielded to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct YieldPairKey {
+    /// Yielding thread.
+    pub tid: u32,
+    /// Target task id (0 when unknown).
+    pub target_pid: u32,
+}
+
+impl YieldPairKey {
+    /// The key of the row that absorbs pairs beyond the task limit.
+    pub const OVERFLOW: YieldPairKey = YieldPairKey { tid: OVERFLOW_TID, target_pid: OVERFLOW_TID };
+}
+
+/// `yield_to` calls of one (yielder, target) pair.
+#[derive(Clone, Debug)]
+pub struct YieldPairAgg {
+    /// Yielding process.
+    pub tgid: u32,
+    /// Yielding thread's name (NUL padded).
+    pub comm: [u8; 16],
+    /// Target's process.
+    pub target_tgid: u32,
+    /// Target's name (NUL padded).
+    pub target_comm: [u8; 16],
+    /// Outcomes and latency.
+    pub stats: YieldStats,
+}
+
+/// KVM directed yield: all calls, per caller stack, per pair.
+#[derive(Clone, Debug, Default)]
+pub struct YieldAgg {
+    /// Every call.
+    pub total: YieldStats,
+    /// Per caller stack id.
+    pub callers: FxHashMap<i32, YieldStats>,
+    /// Per (yielder, target).
+    pub pairs: FxHashMap<YieldPairKey, YieldPairAgg>,
+    /// Calls folded into overflow rows (caller or pair limit reached).
+    pub overflow: u64,
+}
+
 /// How many of the longest individual waits are kept.
 pub const SLOWEST_KEPT: usize = 20;
 
@@ -105,6 +148,8 @@ pub struct Snapshot {
     pub overflow: Overflow,
     /// Events ingested.
     pub events: u64,
+    /// KVM directed yield.
+    pub yields: YieldAgg,
 }
 
 /// The row of lock `key`, or the overflow row when the lock cap is reached
@@ -173,6 +218,40 @@ impl Aggregator {
         }
         let who = Waiter { stack_id: ev.stack_id, tid: ev.tid, tgid: ev.tgid, comm: &ev.comm };
         self.fold(LockKey::of(ev), &who, 1, |s| s.record(ev.wait_ns));
+    }
+
+    /// Adds one `yield_to` call.
+    pub fn ingest_yield(&mut self, ev: &YieldEvent) {
+        let y = &mut self.state.yields;
+        y.total.record(ev.ret, ev.latency_ns);
+        let mut overflow = false;
+        let sid = if y.callers.contains_key(&ev.stack_id) || y.callers.len() < self.limits.max_callers {
+            ev.stack_id
+        } else {
+            overflow = true;
+            OVERFLOW_STACK
+        };
+        y.callers.entry(sid).or_default().record(ev.ret, ev.latency_ns);
+        let mut key = YieldPairKey { tid: ev.tid, target_pid: ev.target_pid };
+        if !y.pairs.contains_key(&key) && y.pairs.len() >= self.limits.max_tasks {
+            overflow = true;
+            key = YieldPairKey::OVERFLOW;
+        }
+        let is_overflow = key == YieldPairKey::OVERFLOW;
+        y.pairs
+            .entry(key)
+            .or_insert_with(|| YieldPairAgg {
+                tgid: if is_overflow { 0 } else { ev.tgid },
+                comm: if is_overflow { *b"[other pairs]\0\0\0" } else { ev.comm },
+                target_tgid: if is_overflow { 0 } else { ev.target_tgid },
+                target_comm: if is_overflow { [0; 16] } else { ev.target_comm },
+                stats: YieldStats::default(),
+            })
+            .stats
+            .record(ev.ret, ev.latency_ns);
+        if overflow {
+            y.overflow += 1;
+        }
     }
 
     /// Adds a drained in-kernel aggregate.
@@ -416,6 +495,62 @@ pub(crate) mod tests {
         assert_eq!(late.hold.as_ref().map(Stats::count), Some(1));
         assert_eq!(late.callers[&4].count(), 1);
         assert_eq!(late.hold_callers[&4].count(), 1);
+    }
+
+    pub(crate) fn yield_ev(tid: u32, target: u32, ret: i32, latency_ns: u64, stack_id: i32) -> YieldEvent {
+        let mut comm = [0u8; 16];
+        comm[..8].copy_from_slice(b"vcpu-thr");
+        YieldEvent {
+            latency_ns,
+            end_ns: 1,
+            target_pid: target,
+            target_tgid: 100,
+            tid,
+            tgid: 100,
+            ret,
+            preempt: 1,
+            cpu: 0,
+            kind: profiler_common::EVENT_YIELD,
+            stack_id,
+            _pad: 0,
+            comm,
+            target_comm: comm,
+        }
+    }
+
+    #[test]
+    fn yields_fold_per_caller_and_pair() {
+        let mut a = Aggregator::new(Limits::default());
+        a.ingest_yield(&yield_ev(1, 2, 1, 1_000, 5));
+        a.ingest_yield(&yield_ev(1, 2, 0, 500, 5));
+        a.ingest_yield(&yield_ev(1, 3, -3, 200, 6));
+        a.ingest_yield(&yield_ev(4, 2, 1, 4_000, 5));
+        let y = &a.state().yields;
+        assert_eq!((y.total.calls(), y.total.yielded, y.total.failed, y.total.errors), (4, 2, 1, 1));
+        assert_eq!(y.total.latency.total_ns(), 5_700);
+        assert_eq!(y.callers[&5].calls(), 3);
+        assert_eq!(y.callers[&6].errors, 1);
+        let p = &y.pairs[&YieldPairKey { tid: 1, target_pid: 2 }];
+        assert_eq!((p.stats.yielded, p.stats.failed, p.tgid, p.target_tgid), (1, 1, 100, 100));
+        assert_eq!(y.pairs.len(), 3);
+        assert_eq!(y.overflow, 0);
+        assert_eq!(a.events(), 0, "yields are not lock contentions");
+    }
+
+    #[test]
+    fn yield_pairs_beyond_the_limit_fold_into_one_row() {
+        let mut a = Aggregator::new(Limits { max_locks: 10, max_callers: 1, max_tasks: 2 });
+        for t in 0..5u32 {
+            a.ingest_yield(&yield_ev(t, t + 1, 1, 10, t as i32));
+        }
+        let y = &a.state().yields;
+        assert_eq!(y.pairs.len(), 3, "two pairs and the overflow row");
+        assert_eq!(y.pairs[&YieldPairKey::OVERFLOW].stats.calls(), 3);
+        assert_eq!(y.callers.len(), 2, "one caller and the overflow stack");
+        let pair_sum: u64 = y.pairs.values().map(|p| p.stats.calls()).sum();
+        let caller_sum: u64 = y.callers.values().map(YieldStats::calls).sum();
+        assert_eq!((pair_sum, caller_sum, y.total.calls()), (5, 5, 5));
+        assert_eq!(y.overflow, 4);
     }
 
     #[test]

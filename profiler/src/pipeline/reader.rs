@@ -11,7 +11,7 @@ use std::sync::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::ContentionEvent;
+use profiler_common::{ContentionEvent, EVENT_YIELD, YieldEvent};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::mpsc,
@@ -26,6 +26,8 @@ pub type Batch = Vec<ContentionEvent>;
 pub enum Msg {
     /// Ring buffer records.
     Events(Batch),
+    /// `yield_to` calls (KVM directed yield).
+    Yields(Vec<YieldEvent>),
     /// Drained in-kernel aggregates (aggregate mode).
     Aggregates(Vec<(profiler_common::AggKey, profiler_common::AggVal)>),
 }
@@ -50,18 +52,56 @@ pub fn decode(bytes: &[u8]) -> Option<ContentionEvent> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ContentionEvent>()) })
 }
 
-/// Moves every available record into `batch`; counts them.
-pub fn drain(ring: &mut RingBuf<MapData>, batch: &mut Batch, stats: &ReaderStats) {
-    let before = batch.len();
-    while let Some(item) = ring.next() {
-        match decode(&item) {
-            Some(ev) => batch.push(ev),
-            None => {
-                stats.malformed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+/// Decodes one `yield_to` record; `None` if the size or kind is wrong.
+pub fn decode_yield(bytes: &[u8]) -> Option<YieldEvent> {
+    if bytes.len() != std::mem::size_of::<YieldEvent>() {
+        return None;
     }
-    stats.received.fetch_add((batch.len() - before) as u64, Ordering::Relaxed);
+    // SAFETY: the length equals size_of::<YieldEvent>(), the type is repr(C)
+    // plain old data valid for any bit pattern, and read_unaligned makes no
+    // alignment assumption.
+    let ev = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<YieldEvent>()) };
+    (ev.kind == EVENT_YIELD).then_some(ev)
+}
+
+/// Records read in one drain.
+#[derive(Debug, Default)]
+pub struct Drained {
+    /// Contention, hold and outlier records.
+    pub events: Batch,
+    /// `yield_to` records.
+    pub yields: Vec<YieldEvent>,
+}
+
+impl Drained {
+    fn with_capacity(n: usize) -> Drained {
+        Drained { events: Vec::with_capacity(n), yields: Vec::new() }
+    }
+
+    /// Sends what was read; false if the aggregator is gone.
+    async fn send(self, tx: &mpsc::Sender<Msg>) -> bool {
+        if !self.yields.is_empty() && tx.send(Msg::Yields(self.yields)).await.is_err() {
+            return false;
+        }
+        self.events.is_empty() || tx.send(Msg::Events(self.events)).await.is_ok()
+    }
+}
+
+/// Moves every available record into `out`; counts them.
+pub fn drain(ring: &mut RingBuf<MapData>, out: &mut Drained, stats: &ReaderStats) {
+    let mut received = 0u64;
+    while let Some(item) = ring.next() {
+        if let Some(ev) = decode(&item) {
+            out.events.push(ev);
+        } else if let Some(y) = decode_yield(&item) {
+            out.yields.push(y);
+        } else {
+            stats.malformed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        received += 1;
+    }
+    stats.received.fetch_add(received, Ordering::Relaxed);
 }
 
 /// Reads until `stop`, then drains once more and returns the ring buffer
@@ -83,32 +123,30 @@ pub async fn run(
             biased;
             _ = stop.cancelled() => break,
             _ = tick.tick() => {
-                let mut batch = Vec::with_capacity(1024);
+                let mut batch = Drained::with_capacity(1024);
                 drain(afd.get_mut(), &mut batch, &stats);
-                if !batch.is_empty() && tx.send(Msg::Events(batch)).await.is_err() {
+                if !batch.send(&tx).await {
                     break;
                 }
             }
             guard = afd.readable_mut() => {
                 let mut guard = guard?;
-                let mut batch = Vec::with_capacity(1024);
+                let mut batch = Drained::with_capacity(1024);
                 drain(guard.get_inner_mut(), &mut batch, &stats);
                 guard.clear_ready();
                 // Records that landed between the drain and clear_ready have
                 // already signalled; pick them up now rather than at the next edge.
                 drain(guard.get_inner_mut(), &mut batch, &stats);
-                if !batch.is_empty() && tx.send(Msg::Events(batch)).await.is_err() {
+                if !batch.send(&tx).await {
                     break;
                 }
             }
         }
     }
     let mut ring = afd.into_inner();
-    let mut batch = Vec::new();
+    let mut batch = Drained::default();
     drain(&mut ring, &mut batch, &stats);
-    if !batch.is_empty() {
-        let _ = tx.send(Msg::Events(batch)).await;
-    }
+    batch.send(&tx).await;
     Ok(ring)
 }
 
@@ -132,5 +170,23 @@ mod tests {
         assert_eq!(decode(&unaligned[1..]), Some(ev));
         assert_eq!(decode(&bytes[..10]), None);
         assert_eq!(decode(&[]), None);
+    }
+
+    #[test]
+    fn yield_records_are_told_apart_by_size_and_kind() {
+        let y = YieldEvent { latency_ns: 5, tid: 3, target_pid: 4, ret: 1, kind: EVENT_YIELD, ..Default::default() };
+        // SAFETY: reading the bytes of a repr(C) POD value we own.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&y as *const YieldEvent).cast::<u8>(), std::mem::size_of::<YieldEvent>())
+        };
+        assert_eq!(decode_yield(bytes), Some(y));
+        assert_eq!(decode(bytes), None, "a yield record is not a contention record");
+        let mut wrong = y;
+        wrong.kind = profiler_common::EVENT_CONTENTION;
+        // SAFETY: as above.
+        let wrong_bytes = unsafe {
+            std::slice::from_raw_parts((&wrong as *const YieldEvent).cast::<u8>(), std::mem::size_of::<YieldEvent>())
+        };
+        assert_eq!(decode_yield(wrong_bytes), None, "right size, wrong kind");
     }
 }

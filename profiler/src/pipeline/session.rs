@@ -136,6 +136,11 @@ fn apply(agg: &mut Aggregator, msg: Msg) {
                 agg.ingest(ev);
             }
         }
+        Msg::Yields(yields) => {
+            for y in &yields {
+                agg.ingest_yield(y);
+            }
+        }
         Msg::Aggregates(recs) => {
             for (k, v) in &recs {
                 agg.ingest_agg(k, v);
@@ -364,6 +369,8 @@ impl Session {
             drops,
             hold_unavailable: self.probes.hold_unavailable(),
             hold_backend: self.probes.hold().map(|k| k.name().to_string()),
+            yield_backend: self.probes.yield_kind().map(|k| k.name().to_string()),
+            yield_unavailable: self.probes.yield_unavailable(),
             notes: self.probes.notes().to_vec(),
             filters: self.filters.clone(),
         }

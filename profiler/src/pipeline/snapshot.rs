@@ -3,11 +3,73 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    model::{CallerProfile, LockProfile, Meta, Profile, SlowWait, Stats, TaskProfile},
-    symbols::{Resolver, StackSource, name_lock},
+    model::{
+        CallerProfile, LockProfile, Meta, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller, YieldPair,
+        YieldProfile,
+    },
+    symbols::{Resolver, StackSource, frame_fn, name_lock, yield_caller_index},
 };
 
-use super::aggregator::{OVERFLOW_TID, Snapshot};
+use super::aggregator::{OVERFLOW_TID, Snapshot, YieldAgg};
+
+/// Frames shown in a yield caller's path.
+const YIELD_PATH_FRAMES: usize = 4;
+
+/// The yield_to part of a profile: callers symbolized and merged by stack,
+/// pairs named, and the run-queue lock waits whose stacks pass through
+/// `yield_to` (tracepoint backends see `double_rq_lock` contention).
+fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks: &[LockProfile]) -> YieldProfile {
+    let mut by_stack: BTreeMap<Vec<String>, YieldCaller> = BTreeMap::new();
+    for (sid, stats) in &y.callers {
+        let rs = resolver.stack(*sid);
+        let (caller, path) = match yield_caller_index(&rs.frames) {
+            Some(i) => (
+                rs.frames[i].clone(),
+                rs.frames[i..].iter().take(YIELD_PATH_FRAMES).map(|f| frame_fn(f)).collect::<Vec<_>>().join(" <- "),
+            ),
+            None => (rs.caller.clone(), rs.caller.clone()),
+        };
+        let key = if rs.frames.is_empty() { vec![caller.clone()] } else { rs.frames.clone() };
+        by_stack.entry(key).and_modify(|c| c.stats.merge(stats)).or_insert_with(|| YieldCaller {
+            caller,
+            path,
+            stack: rs.frames.clone(),
+            stats: stats.clone(),
+        });
+    }
+    let mut callers: Vec<YieldCaller> = by_stack.into_values().collect();
+    callers.sort_by(|a, b| b.stats.calls().cmp(&a.stats.calls()).then_with(|| a.caller.cmp(&b.caller)));
+    let mut pairs: Vec<YieldPair> = y
+        .pairs
+        .iter()
+        .map(|(k, p)| YieldPair {
+            tid: k.tid,
+            pid: p.tgid,
+            comm: comm_str(&p.comm),
+            target_tid: k.target_pid,
+            target_pid: p.target_tgid,
+            target_comm: comm_str(&p.target_comm),
+            stats: p.stats.clone(),
+        })
+        .collect();
+    pairs.sort_by(|a, b| {
+        b.stats.calls().cmp(&a.stats.calls()).then(a.tid.cmp(&b.tid)).then(a.target_tid.cmp(&b.target_tid))
+    });
+    let mut rq = RqContention::default();
+    for l in locks {
+        let mut hit = false;
+        for c in l.callers.iter().filter(|c| c.stack.iter().any(|f| frame_fn(f) == "yield_to")) {
+            hit = true;
+            rq.waits += c.wait.count();
+            rq.wait_total_ns += c.wait.total_ns();
+            rq.wait_max_ns = rq.wait_max_ns.max(c.wait.max_ns());
+        }
+        if hit {
+            rq.locks.push(l.display_name().to_string());
+        }
+    }
+    YieldProfile { total: y.total.clone(), callers, pairs, rq_contention: rq }
+}
 
 /// Resolves stacks and names locks, producing a profile sorted by total wait.
 pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: &mut Resolver<S>, mut meta: Meta) -> Profile {
@@ -103,7 +165,10 @@ pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: &mut Resolver<S>, m
         })
         .collect();
 
-    Profile { meta, locks, tasks, slowest }
+    let yield_to = (meta.yield_backend.is_some() || snap.yields.total.calls() > 0)
+        .then(|| yield_profile(&snap.yields, resolver, &locks));
+    meta.drops.insert("yield_keys_overflow".to_string(), snap.yields.overflow);
+    Profile { meta, locks, tasks, slowest, yield_to }
 }
 
 /// A NUL-padded kernel comm as a string.
@@ -180,6 +245,56 @@ ffffffff822702f1 T __lock_text_end
         assert_eq!(p.tasks.len(), 4);
         assert_eq!(p.tasks[0].comm, "task102");
         assert_eq!(p.meta.drops["lock_keys_overflow"], 0);
+    }
+
+    #[test]
+    fn yield_profile_resolves_kvm_callers_pairs_and_rq_waits() {
+        const KVM_KS: &str = "\
+ffffffff81100000 T yield_to
+ffffffff81101000 T double_rq_lock
+ffffffff81102000 T _raw_spin_lock
+ffffffffc0100000 t kvm_vcpu_yield_to\t[kvm]
+ffffffffc0101000 t kvm_sched_yield\t[kvm]
+ffffffffc0102000 t kvm_emulate_hypercall\t[kvm]
+ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
+";
+        let ks = Kallsyms::parse(KVM_KS.as_bytes()).expect("parse");
+        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+            (1, vec![0xffffffff81100005, 0xffffffffc0100050, 0xffffffffc0101020, 0xffffffffc0102010]),
+            (2, vec![0xffffffff81100005, 0xffffffffc0100050, 0xffffffffc0103040]),
+            // A run-queue lock wait inside yield_to.
+            (3, vec![0xffffffff81102010, 0xffffffff81101010, 0xffffffff81100040, 0xffffffffc0100050]),
+        ]);
+        let mut agg = Aggregator::new(Limits::default());
+        use crate::pipeline::aggregator::tests::yield_ev;
+        for _ in 0..3 {
+            agg.ingest_yield(&yield_ev(10, 11, 1, 2_000, 1));
+        }
+        agg.ingest_yield(&yield_ev(10, 11, 0, 1_000, 1));
+        agg.ingest_yield(&yield_ev(11, 10, -3, 500, 2));
+        agg.ingest(&ev(0xffff_8880_0000_3000, lcb::SPIN, 700, 10, 3));
+        let meta = Meta { yield_backend: Some("fentry".into()), ..Meta::default() };
+        let mut r = Resolver::new(ks, stacks);
+        let p = to_profile(&agg.snapshot(), &mut r, meta);
+        let y = p.yield_to.expect("yield_to profile");
+        assert_eq!((y.total.calls(), y.total.yielded, y.total.failed, y.total.errors), (5, 3, 1, 1));
+        assert_eq!(y.callers.len(), 2);
+        assert_eq!(y.callers[0].caller, "kvm_vcpu_yield_to+0x50 [kvm]");
+        assert_eq!(y.callers[0].path, "kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hypercall");
+        assert_eq!(y.callers[0].stats.calls(), 4);
+        assert_eq!(y.callers[1].path, "kvm_vcpu_yield_to <- kvm_vcpu_on_spin");
+        assert_eq!(y.pairs.len(), 2);
+        assert_eq!((y.pairs[0].tid, y.pairs[0].target_tid, y.pairs[0].stats.yielded), (10, 11, 3));
+        assert_eq!(y.pairs[0].comm, "vcpu-thr");
+        assert_eq!((y.rq_contention.waits, y.rq_contention.wait_total_ns), (1, 700));
+        assert_eq!(y.rq_contention.locks.len(), 1);
+    }
+
+    #[test]
+    fn no_yield_profile_without_probe_or_calls() {
+        let mut r = Resolver::new(Kallsyms::default(), HashMap::<u32, Vec<u64>>::new());
+        let p = to_profile(&Aggregator::new(Limits::default()).snapshot(), &mut r, Meta::default());
+        assert!(p.yield_to.is_none());
     }
 
     #[test]

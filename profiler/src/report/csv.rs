@@ -1,7 +1,7 @@
 //! CSV output, one row per lock, caller or task, header first (like perf's `-x`).
 
-use super::{By, ReportOptions, sorted_callers, sorted_locks, sorted_tasks};
-use crate::model::{Profile, Stats, mode_name, type_name};
+use super::{By, ReportOptions, sorted_callers, sorted_locks, sorted_tasks, sorted_yield_callers, sorted_yield_pairs};
+use crate::model::{Profile, Stats, YieldStats, mode_name, type_name};
 
 fn field(s: &str, sep: char) -> String {
     if s.contains(sep) || s.contains('"') || s.contains('\n') || s.contains('\r') {
@@ -17,6 +17,15 @@ fn stats(s: &Stats) -> [String; 6] {
 
 const STAT_HEADER: [&str; 6] =
     ["contended", "wait_total_ns", "wait_min_ns", "wait_max_ns", "wait_avg_ns", "wait_p99_ns"];
+
+const YIELD_HEADER: [&str; 8] =
+    ["calls", "yielded", "failed", "errors", "latency_total_ns", "latency_max_ns", "latency_avg_ns", "latency_p99_ns"];
+
+fn yield_stats(s: &YieldStats) -> [String; 8] {
+    let l = &s.latency;
+    [s.calls(), s.yielded, s.failed, s.errors, l.total_ns(), l.max_ns(), l.avg_ns(), l.quantile_ns(0.99)]
+        .map(|v| v.to_string())
+}
 
 /// Renders CSV with `opts.separator`.
 pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
@@ -76,6 +85,34 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                 rows.push(r);
             }
         }
+        By::YieldCaller => {
+            let mut h: Vec<String> = ["caller", "path", "stack"].map(String::from).to_vec();
+            h.extend(YIELD_HEADER.map(String::from));
+            rows.push(h);
+            for c in p.yield_to.iter().flat_map(|y| sorted_yield_callers(y, opts)) {
+                let mut r = vec![c.caller.clone(), c.path.clone(), c.stack.join(";")];
+                r.extend(yield_stats(&c.stats));
+                rows.push(r);
+            }
+        }
+        By::YieldPair => {
+            let mut h: Vec<String> =
+                ["tid", "pid", "comm", "target_tid", "target_pid", "target_comm"].map(String::from).to_vec();
+            h.extend(YIELD_HEADER.map(String::from));
+            rows.push(h);
+            for pr in p.yield_to.iter().flat_map(|y| sorted_yield_pairs(y, opts)) {
+                let mut r = vec![
+                    pr.tid.to_string(),
+                    pr.pid.to_string(),
+                    pr.comm.clone(),
+                    pr.target_tid.to_string(),
+                    pr.target_pid.to_string(),
+                    pr.target_comm.clone(),
+                ];
+                r.extend(yield_stats(&pr.stats));
+                rows.push(r);
+            }
+        }
     }
     let mut out = String::new();
     for r in rows {
@@ -129,6 +166,25 @@ mod tests {
         assert_eq!(rows.len(), 4);
         assert_eq!(&rows[1][4], "copy_process+0x6f1");
         assert!(rows[1][5].contains("kernel_clone+0x9d"));
+    }
+
+    #[test]
+    fn yield_caller_and_pair_rows() {
+        let p = fixture::profile_with_yields();
+        let rows = parse(&render_csv(&p, &ReportOptions { by: By::YieldCaller, ..Default::default() }), b',');
+        assert_eq!(rows.len(), 3);
+        assert_eq!(&rows[0][3], "calls");
+        assert_eq!(&rows[1][1], "kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hypercall");
+        assert_eq!((&rows[1][3], &rows[1][4], &rows[1][5], &rows[1][6]), ("4", "3", "1", "0"));
+        assert_eq!(&rows[1][7], "152000");
+        let rows = parse(&render_csv(&p, &ReportOptions { by: By::YieldPair, ..Default::default() }), b',');
+        assert_eq!(rows.len(), 3);
+        assert_eq!((&rows[1][0], &rows[1][3], &rows[1][5]), ("301", "302", "vcpu1"));
+        assert_eq!(&rows[2][9], "1", "errors of the second pair");
+        // Without yield data: the header only.
+        let rows =
+            parse(&render_csv(&fixture::profile(), &ReportOptions { by: By::YieldPair, ..Default::default() }), b',');
+        assert_eq!(rows.len(), 1);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::{ReportOptions, sorted_locks, sorted_tasks};
-use crate::model::{Profile, Stats, mode_name, type_name};
+use super::{ReportOptions, sorted_locks, sorted_tasks, sorted_yield_callers, sorted_yield_pairs};
+use crate::model::{Profile, Stats, YieldStats, mode_name, type_name};
 
 /// Schema identifier carried in every JSON report.
 pub const SCHEMA: &str = "lockprof-report/1";
@@ -13,6 +13,77 @@ fn hold_fields(h: Option<&Stats>) -> (Value, Value, Value, Value) {
         Some(h) => (json!(h.total_ns()), json!(h.max_ns()), json!(h.avg_ns()), json!(h.quantile_ns(0.99))),
         None => (Value::Null, Value::Null, Value::Null, Value::Null),
     }
+}
+
+fn yield_fields(s: &YieldStats) -> serde_json::Map<String, Value> {
+    let l = &s.latency;
+    let v = json!({
+        "calls": s.calls(),
+        "yielded": s.yielded,
+        "failed": s.failed,
+        "errors": s.errors,
+        "latency_total_ns": l.total_ns(),
+        "latency_max_ns": l.max_ns(),
+        "latency_avg_ns": l.avg_ns(),
+        "latency_p99_ns": l.quantile_ns(0.99),
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// The `yield_to` object: always present; `available` says whether
+/// `yield_to` was probed (else `unavailable_reason` says why and the
+/// counts are zero).
+fn yield_json(p: &Profile, opts: &ReportOptions) -> Value {
+    let empty = YieldStats::default();
+    let y = p.yield_to.as_ref();
+    let mut obj = yield_fields(y.map_or(&empty, |y| &y.total));
+    obj.insert("available".into(), json!(p.meta.yield_backend.is_some()));
+    obj.insert("backend".into(), json!(p.meta.yield_backend));
+    obj.insert("unavailable_reason".into(), json!(p.meta.yield_unavailable));
+    let callers: Vec<Value> = y
+        .map(|y| sorted_yield_callers(y, opts))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            let mut m = yield_fields(&c.stats);
+            m.insert("caller".into(), json!(c.caller));
+            m.insert("path".into(), json!(c.path));
+            m.insert("stack".into(), json!(c.stack));
+            Value::Object(m)
+        })
+        .collect();
+    let pairs: Vec<Value> = y
+        .map(|y| sorted_yield_pairs(y, opts))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|pr| {
+            let mut m = yield_fields(&pr.stats);
+            for (k, v) in [
+                ("tid", json!(pr.tid)),
+                ("pid", json!(pr.pid)),
+                ("comm", json!(pr.comm)),
+                ("target_tid", json!(pr.target_tid)),
+                ("target_pid", json!(pr.target_pid)),
+                ("target_comm", json!(pr.target_comm)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            Value::Object(m)
+        })
+        .collect();
+    obj.insert("callers".into(), json!(callers));
+    obj.insert("pairs".into(), json!(pairs));
+    let rq = y.map(|y| y.rq_contention.clone()).unwrap_or_default();
+    obj.insert(
+        "rq_contention".into(),
+        json!({
+            "waits": rq.waits, "wait_total_ns": rq.wait_total_ns, "wait_max_ns": rq.wait_max_ns, "locks": rq.locks,
+        }),
+    );
+    Value::Object(obj)
 }
 
 /// The report as a JSON value.
@@ -100,6 +171,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
         "locks": locks,
         "tasks": tasks,
         "slowest": slowest,
+        "yield_to": yield_json(p, opts),
     })
 }
 
@@ -154,6 +226,35 @@ mod tests {
         assert_eq!(slow["lock"], "tasklist_lock");
         assert_eq!(slow["type"], "rwlock");
         assert_eq!(slow["caller"], "copy_process+0x6f1");
+    }
+
+    #[test]
+    fn yield_to_object() {
+        let v = to_json(&fixture::profile_with_yields(), &ReportOptions::default());
+        let y = &v["yield_to"];
+        assert_eq!(y["available"], true);
+        assert_eq!(y["backend"], "fentry");
+        assert_eq!((y["calls"].as_u64(), y["yielded"].as_u64()), (Some(5), Some(3)));
+        assert_eq!((y["failed"].as_u64(), y["errors"].as_u64()), (Some(1), Some(1)));
+        assert_eq!(y["latency_total_ns"], 153_000);
+        assert_eq!(y["latency_max_ns"], 60_000);
+        let c = &y["callers"][0];
+        assert_eq!(c["caller"], "kvm_vcpu_yield_to+0x5f [kvm]");
+        assert_eq!(c["path"], "kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hypercall");
+        assert_eq!(c["calls"], 4);
+        assert_eq!(c["stack"][2], "kvm_sched_yield+0x8a [kvm]");
+        let pr = &y["pairs"][0];
+        assert_eq!((pr["tid"].as_u64(), pr["target_tid"].as_u64()), (Some(301), Some(302)));
+        assert_eq!(pr["target_comm"], "vcpu1");
+        assert_eq!(pr["yielded"], 3);
+        assert_eq!(y["rq_contention"]["waits"], 2);
+
+        let v = to_json(&fixture::profile(), &ReportOptions::default());
+        let y = &v["yield_to"];
+        assert_eq!(y["available"], false);
+        assert_eq!(y["unavailable_reason"], "yield_to cannot be probed on this kernel");
+        assert_eq!(y["calls"], 0);
+        assert_eq!(y["callers"].as_array().map(Vec::len), Some(0));
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub use json::{render_json, to_json};
 pub use text::render_text;
 pub use units::{fmt_count, fmt_ns};
 
-use crate::model::{LockProfile, Profile, Stats};
+use crate::model::{LockProfile, Profile, Stats, YieldCaller, YieldPair, YieldProfile};
 
 /// Output format of a report.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
@@ -38,6 +38,12 @@ pub enum By {
     Caller,
     /// One row per waiting thread.
     Task,
+    /// KVM directed yield: one row per `yield_to` caller stack.
+    #[value(name = "yield_caller")]
+    YieldCaller,
+    /// KVM directed yield: one row per (yielding thread, target task).
+    #[value(name = "yield_pair")]
+    YieldPair,
 }
 
 /// Sort key, descending.
@@ -149,6 +155,34 @@ pub(crate) fn sorted_callers<'a>(
     v
 }
 
+/// yield_to callers sorted by the chosen key (on latency; `contended` = calls) and cut.
+pub(crate) fn sorted_yield_callers<'a>(y: &'a YieldProfile, opts: &ReportOptions) -> Vec<&'a YieldCaller> {
+    let mut v: Vec<_> = y.callers.iter().collect();
+    v.sort_by(|a, b| {
+        opts.sort.value(&b.stats.latency).cmp(&opts.sort.value(&a.stats.latency)).then(a.path.cmp(&b.path))
+    });
+    if let Some(n) = opts.top {
+        v.truncate(n);
+    }
+    v
+}
+
+/// yield_to pairs sorted and cut.
+pub(crate) fn sorted_yield_pairs<'a>(y: &'a YieldProfile, opts: &ReportOptions) -> Vec<&'a YieldPair> {
+    let mut v: Vec<_> = y.pairs.iter().collect();
+    v.sort_by(|a, b| {
+        opts.sort
+            .value(&b.stats.latency)
+            .cmp(&opts.sort.value(&a.stats.latency))
+            .then(a.tid.cmp(&b.tid))
+            .then(a.target_tid.cmp(&b.target_tid))
+    });
+    if let Some(n) = opts.top {
+        v.truncate(n);
+    }
+    v
+}
+
 /// Tasks sorted and cut.
 pub(crate) fn sorted_tasks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a crate::model::TaskProfile> {
     let mut v: Vec<_> = p.tasks.iter().collect();
@@ -199,6 +233,8 @@ pub(crate) mod fixture {
                 hold_unavailable: Some("tracepoints see waits only".into()),
                 mode: "aggregate".into(),
                 hold_backend: None,
+                yield_backend: None,
+                yield_unavailable: Some("yield_to cannot be probed on this kernel".into()),
                 notes: vec![],
                 filters: vec![],
             },
@@ -274,6 +310,79 @@ pub(crate) mod fixture {
                 caller: "copy_process+0x6f1".into(),
                 stack: vec!["queued_write_lock_slowpath+0x70".into(), "copy_process+0x6f1".into()],
             }],
+            yield_to: None,
         }
+    }
+
+    /// The same profile with KVM directed yield seen through fentry.
+    pub(crate) fn profile_with_yields() -> Profile {
+        use crate::model::{RqContention, YieldCaller, YieldPair, YieldProfile, YieldStats};
+        let yields = |outcomes: &[(i32, u64)]| {
+            let mut s = YieldStats::default();
+            for (ret, ns) in outcomes {
+                s.record(*ret, *ns);
+            }
+            s
+        };
+        let hc = yields(&[(1, 40_000), (1, 60_000), (1, 50_000), (0, 2_000)]);
+        let ple = yields(&[(-3, 1_000)]);
+        let mut total = hc.clone();
+        total.merge(&ple);
+        let mut p = profile();
+        p.meta.yield_backend = Some("fentry".into());
+        p.meta.yield_unavailable = None;
+        p.yield_to = Some(YieldProfile {
+            total,
+            callers: vec![
+                YieldCaller {
+                    caller: "kvm_vcpu_yield_to+0x5f [kvm]".into(),
+                    path: "kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hypercall".into(),
+                    stack: vec![
+                        "yield_to+0x5".into(),
+                        "kvm_vcpu_yield_to+0x5f [kvm]".into(),
+                        "kvm_sched_yield+0x8a [kvm]".into(),
+                        "kvm_emulate_hypercall+0x3c1 [kvm]".into(),
+                    ],
+                    stats: hc.clone(),
+                },
+                YieldCaller {
+                    caller: "kvm_vcpu_yield_to+0x5f [kvm]".into(),
+                    path: "kvm_vcpu_yield_to <- kvm_vcpu_on_spin".into(),
+                    stack: vec![
+                        "yield_to+0x5".into(),
+                        "kvm_vcpu_yield_to+0x5f [kvm]".into(),
+                        "kvm_vcpu_on_spin+0x1a0 [kvm]".into(),
+                    ],
+                    stats: ple.clone(),
+                },
+            ],
+            pairs: vec![
+                YieldPair {
+                    tid: 301,
+                    pid: 300,
+                    comm: "vcpu0".into(),
+                    target_tid: 302,
+                    target_pid: 300,
+                    target_comm: "vcpu1".into(),
+                    stats: hc,
+                },
+                YieldPair {
+                    tid: 302,
+                    pid: 300,
+                    comm: "vcpu1".into(),
+                    target_tid: 301,
+                    target_pid: 300,
+                    target_comm: "vcpu0".into(),
+                    stats: ple,
+                },
+            ],
+            rq_contention: RqContention {
+                waits: 2,
+                wait_total_ns: 3_000,
+                wait_max_ns: 2_000,
+                locks: vec!["spinlock @ double_rq_lock".into()],
+            },
+        });
+        p
     }
 }

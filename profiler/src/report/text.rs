@@ -2,8 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::{By, ReportOptions, fmt_ns, sorted_callers, sorted_locks, sorted_tasks};
-use crate::model::{LockProfile, NameSource, Profile, Stats, type_label};
+use super::{
+    By, ReportOptions, fmt_ns, sorted_callers, sorted_locks, sorted_tasks, sorted_yield_callers, sorted_yield_pairs,
+};
+use crate::model::{LockProfile, NameSource, Profile, Stats, YieldProfile, YieldStats, type_label};
 
 fn stat_cols(s: &Stats) -> String {
     format!(
@@ -56,10 +58,93 @@ fn header(p: &Profile, out: &mut String) {
     if let Some(b) = &m.hold_backend {
         let _ = writeln!(out, "hold times: measured with {b} on the release functions (contended acquisitions only)");
     }
+    if let Some(why) = &m.yield_unavailable {
+        let _ = writeln!(out, "yield_to: not profiled ({why})");
+    }
     for n in &m.notes {
         let _ = writeln!(out, "note: {n}");
     }
     out.push('\n');
+}
+
+fn yield_cols(s: &YieldStats) -> String {
+    let l = &s.latency;
+    format!(
+        "{:>8} {:>8} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11}",
+        s.calls(),
+        s.yielded,
+        s.failed,
+        s.errors,
+        fmt_ns(l.total_ns()),
+        fmt_ns(l.max_ns()),
+        fmt_ns(l.avg_ns()),
+        fmt_ns(l.quantile_ns(0.99))
+    )
+}
+
+const YIELD_HEADER: &str = "   calls  yielded  failed  errors  total time    max time    avg time    p99 time";
+
+/// KVM directed yield: totals, callers, pairs, run-queue lock waits.
+fn yields(p: &Profile, y: &YieldProfile, opts: &ReportOptions, rows: Option<usize>, out: &mut String) {
+    let t = &y.total;
+    let _ = writeln!(
+        out,
+        "KVM directed yield (yield_to via {}): {} calls, {} yielded, {} failed, {} errors",
+        p.meta.yield_backend.as_deref().unwrap_or("?"),
+        t.calls(),
+        t.yielded,
+        t.failed,
+        t.errors
+    );
+    if t.calls() == 0 {
+        let _ = writeln!(out, "  no yield_to calls (no KVM vCPU yielded while recording)");
+    } else {
+        let _ = writeln!(out, "{YIELD_HEADER}  caller path");
+        let callers = sorted_yield_callers(y, opts);
+        let shown = rows.unwrap_or(callers.len()).min(callers.len());
+        for c in &callers[..shown] {
+            let _ = writeln!(out, "{}  {}", yield_cols(&c.stats), c.path);
+            if opts.by == By::YieldCaller {
+                for f in &c.stack {
+                    let _ = writeln!(out, "{:>86}{f}", "");
+                }
+            }
+        }
+        if callers.len() > shown {
+            let _ = writeln!(out, "{:>86}(+{} more callers)", "", callers.len() - shown);
+        }
+        let _ = writeln!(out, "{YIELD_HEADER}  yielder -> target (tid/pid comm)");
+        let pairs = sorted_yield_pairs(y, opts);
+        let shown = rows.unwrap_or(pairs.len()).min(pairs.len());
+        for pr in &pairs[..shown] {
+            let target = if pr.target_tid == 0 {
+                "[unknown target]".to_string()
+            } else {
+                format!("{}/{} {}", pr.target_tid, pr.target_pid, pr.target_comm)
+            };
+            let _ = writeln!(out, "{}  {}/{} {} -> {target}", yield_cols(&pr.stats), pr.tid, pr.pid, pr.comm);
+        }
+        if pairs.len() > shown {
+            let _ = writeln!(out, "{:>86}(+{} more pairs)", "", pairs.len() - shown);
+        }
+    }
+    let rq = &y.rq_contention;
+    if rq.waits > 0 {
+        let _ = writeln!(
+            out,
+            "run-queue lock contention inside yield_to: {} waits, {} total, {} max ({})",
+            rq.waits,
+            fmt_ns(rq.wait_total_ns),
+            fmt_ns(rq.wait_max_ns),
+            rq.locks.join(", ")
+        );
+    } else if !p.meta.backend.starts_with("tp") && p.meta.backend != "tracepoint" {
+        let _ = writeln!(
+            out,
+            "run-queue lock contention inside yield_to: not visible with the {} backend (spinlocks need the lock tracepoints)",
+            p.meta.backend
+        );
+    }
 }
 
 /// A lock's callers merged by caller frame (stacks that differ only further
@@ -101,10 +186,28 @@ fn slowest(p: &Profile, out: &mut String) {
 pub fn render_text(p: &Profile, opts: &ReportOptions) -> String {
     let mut out = String::new();
     header(p, &mut out);
-    if p.locks.is_empty() {
-        out.push_str("no lock contention recorded\n");
+    if matches!(opts.by, By::YieldCaller | By::YieldPair) {
+        match &p.yield_to {
+            Some(y) => yields(p, y, opts, None, &mut out),
+            None => out.push_str("no yield_to data (see the yield_to line above)\n"),
+        }
         return out;
     }
+    if p.locks.is_empty() {
+        out.push_str("no lock contention recorded\n");
+    } else {
+        locks_view(p, opts, &mut out);
+    }
+    if let Some(y) = &p.yield_to
+        && opts.by == By::Lock
+    {
+        out.push('\n');
+        yields(p, y, opts, Some(opts.callers_per_lock), &mut out);
+    }
+    out
+}
+
+fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
     match opts.by {
         By::Lock => {
             let _ = writeln!(out, "{HEADER}  type          name");
@@ -123,7 +226,7 @@ pub fn render_text(p: &Profile, opts: &ReportOptions) -> String {
                     let _ = writeln!(out, "{:>58}    (+{} more callers)", "", callers.len() - shown);
                 }
             }
-            slowest(p, &mut out);
+            slowest(p, out);
         }
         By::Caller => {
             let _ = writeln!(out, "{HEADER}  type          caller / lock");
@@ -147,8 +250,8 @@ pub fn render_text(p: &Profile, opts: &ReportOptions) -> String {
                 let _ = writeln!(out, "{} {:>8} {:>8}  {}", stat_cols(&t.wait), t.tid, t.tgid, t.comm);
             }
         }
+        By::YieldCaller | By::YieldPair => {}
     }
-    out
 }
 
 #[cfg(test)]
@@ -163,6 +266,7 @@ mod tests {
 lockprof: 9 contentions on 2 locks in 5.00 s (backend tp_btf, aggregate mode, kernel 6.18.0-test, host testhost)
 counters: stack_failed=2
 hold times: not available (tracepoints see waits only)
+yield_to: not profiled (yield_to cannot be probed on this kernel)
 
  contended  total wait    max wait    avg wait    p99 wait  type          name
          5      100 us     90.0 us     20.0 us     90.0 us  rwlock:W      tasklist_lock (inferred; rwlock @ copy_process) @ 0xffffffff82a00000
@@ -206,6 +310,33 @@ slowest waits:
         let first = got.lines().find(|l| l.contains("<-") || l.contains("copy_process+0x6f1  [")).expect("row");
         assert!(first.contains("copy_process+0x6f1"), "{got}");
         assert!(got.contains("kernel_clone+0x9d"));
+    }
+
+    #[test]
+    fn yield_section_golden() {
+        let got = render_text(&fixture::profile_with_yields(), &ReportOptions::default());
+        let section = got.split("KVM directed yield").nth(1).expect("yield section");
+        let want = " (yield_to via fentry): 5 calls, 3 yielded, 1 failed, 1 errors
+   calls  yielded  failed  errors  total time    max time    avg time    p99 time  caller path
+       4        3       1       0      152 us     60.0 us     38.0 us     60.0 us  kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hypercall
+       1        0       0       1     1.00 us     1.00 us     1.00 us     1.00 us  kvm_vcpu_yield_to <- kvm_vcpu_on_spin
+   calls  yielded  failed  errors  total time    max time    avg time    p99 time  yielder -> target (tid/pid comm)
+       4        3       1       0      152 us     60.0 us     38.0 us     60.0 us  301/300 vcpu0 -> 302/300 vcpu1
+       1        0       0       1     1.00 us     1.00 us     1.00 us     1.00 us  302/300 vcpu1 -> 301/300 vcpu0
+run-queue lock contention inside yield_to: 2 waits, 3.00 us total, 2.00 us max (spinlock @ double_rq_lock)
+";
+        assert_eq!(section, want, "\n{got}");
+        assert!(!got.contains("yield_to: not profiled"), "{got}");
+    }
+
+    #[test]
+    fn yield_views_list_stacks_or_pairs_only() {
+        let opts = ReportOptions { by: By::YieldCaller, ..Default::default() };
+        let got = render_text(&fixture::profile_with_yields(), &opts);
+        assert!(got.contains("kvm_emulate_hypercall+0x3c1 [kvm]"), "{got}");
+        assert!(!got.contains("tasklist_lock (inferred"), "{got}");
+        let got = render_text(&fixture::profile(), &opts);
+        assert!(got.contains("no yield_to data"), "{got}");
     }
 
     #[test]

@@ -82,6 +82,21 @@ pub(crate) fn is_trace_frame(name: &str) -> bool {
         .any(|p| name.starts_with(p))
 }
 
+/// Function name of a symbolized frame (`name.isra.0+0x1f [mod]` -> `name`).
+pub fn frame_fn(frame: &str) -> &str {
+    base_name(frame.split(['+', ' ']).next().unwrap_or(frame))
+}
+
+/// Index of `yield_to`'s caller in symbolized frames (innermost first): the
+/// frame after `yield_to`, or the first frame when `yield_to` itself is not on
+/// the stack (fentry trampolines can hide it).
+pub fn yield_caller_index(frames: &[String]) -> Option<usize> {
+    match frames.iter().position(|f| frame_fn(f) == "yield_to") {
+        Some(i) => (i + 1 < frames.len()).then_some(i + 1),
+        None => (!frames.is_empty()).then_some(0),
+    }
+}
+
 /// Index of the caller in `frames` (innermost first): the first frame that is
 /// neither in `__lock_text`/`__sched_text` nor a known internal. `None` when
 /// every frame is internal or unknown.
@@ -146,6 +161,18 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
     fn all_internal_or_unknown_gives_none() {
         assert_eq!(select_caller(&[0xffffffff8226fb70, 0x10], &ks()), None);
         assert_eq!(select_caller(&[], &ks()), None);
+    }
+
+    #[test]
+    fn yield_caller_is_the_frame_after_yield_to() {
+        let f = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let kvm = f(&["yield_to+0x5", "kvm_vcpu_yield_to+0x5f [kvm]", "kvm_sched_yield+0x8a [kvm]"]);
+        assert_eq!(yield_caller_index(&kvm), Some(1));
+        assert_eq!(frame_fn(&kvm[1]), "kvm_vcpu_yield_to");
+        assert_eq!(yield_caller_index(&f(&["kvm_vcpu_yield_to+0x5f [kvm]"])), Some(0));
+        assert_eq!(yield_caller_index(&f(&["yield_to+0x0"])), None);
+        assert_eq!(yield_caller_index(&[]), None);
+        assert_eq!(frame_fn("do_exit.cold+0x3"), "do_exit");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 use super::keys::{Action, action_for};
 use crate::{
-    model::{CallerProfile, LockProfile, Profile, TaskProfile},
+    model::{CallerProfile, LockProfile, Profile, TaskProfile, YieldStats},
     report::SortKey,
 };
 
@@ -21,11 +21,24 @@ pub enum View {
     Callers,
     /// One row per thread.
     Tasks,
+    /// KVM directed yield: caller paths, then (yielder, target) pairs.
+    Yield,
+}
+
+/// A row of the yield_to view.
+#[derive(Clone, Debug)]
+pub struct YieldRow<'a> {
+    /// `path` (a caller stack) or `pair` (yielder -> target).
+    pub kind: &'static str,
+    /// The caller path, or `tid comm -> tid comm`.
+    pub name: String,
+    /// Outcomes and latency.
+    pub stats: &'a YieldStats,
 }
 
 impl View {
     /// All views, in tab order.
-    pub const ALL: [View; 3] = [View::Locks, View::Callers, View::Tasks];
+    pub const ALL: [View; 4] = [View::Locks, View::Callers, View::Tasks, View::Yield];
 
     /// Tab title.
     pub fn title(self) -> &'static str {
@@ -33,6 +46,7 @@ impl View {
             View::Locks => "Locks",
             View::Callers => "Callers",
             View::Tasks => "Tasks",
+            View::Yield => "yield_to",
         }
     }
 }
@@ -233,12 +247,41 @@ impl App {
         v
     }
 
+    /// yield_to rows: caller paths, then pairs, each sorted by the sort key
+    /// on latency (`contended` = calls), filtered by the text filter.
+    pub fn yield_rows(&self) -> Vec<YieldRow<'_>> {
+        let Some(y) = &self.profile.yield_to else { return Vec::new() };
+        let k = self.sort_key();
+        let f = self.filter.to_lowercase();
+        let mut callers: Vec<YieldRow<'_>> =
+            y.callers.iter().map(|c| YieldRow { kind: "path", name: c.path.clone(), stats: &c.stats }).collect();
+        let mut pairs: Vec<YieldRow<'_>> = y
+            .pairs
+            .iter()
+            .map(|p| {
+                let target = if p.target_tid == 0 {
+                    "[unknown]".to_string()
+                } else {
+                    format!("{} {}", p.target_tid, p.target_comm)
+                };
+                YieldRow { kind: "pair", name: format!("{} {} -> {target}", p.tid, p.comm), stats: &p.stats }
+            })
+            .collect();
+        for v in [&mut callers, &mut pairs] {
+            v.retain(|r| f.is_empty() || r.name.to_lowercase().contains(&f));
+            v.sort_by(|a, b| k.value(&b.stats.latency).cmp(&k.value(&a.stats.latency)).then(a.name.cmp(&b.name)));
+        }
+        callers.extend(pairs);
+        callers
+    }
+
     /// Rows in the current view.
     pub fn row_count(&self) -> usize {
         match self.view {
             View::Locks => self.lock_rows().len(),
             View::Callers => self.caller_rows().len(),
             View::Tasks => self.task_rows().len(),
+            View::Yield => self.yield_rows().len(),
         }
     }
 
@@ -247,7 +290,7 @@ impl App {
         match self.view {
             View::Locks => self.lock_rows().get(self.selected).copied(),
             View::Callers => self.caller_rows().get(self.selected).map(|(l, _)| *l),
-            View::Tasks => None,
+            View::Tasks | View::Yield => None,
         }
     }
 
@@ -397,6 +440,8 @@ mod tests {
         assert_eq!(app.view, View::Callers);
         assert_eq!(app.row_count(), 3);
         app.apply(Action::PrevView);
+        app.apply(Action::PrevView);
+        assert_eq!(app.view, View::Yield, "tabs wrap around");
         app.apply(Action::PrevView);
         assert_eq!(app.view, View::Tasks);
     }

@@ -201,6 +201,39 @@ fn table(app: &App, area: Rect, buf: &mut Buffer) {
                 ],
             )
         }
+        View::Yield => {
+            let rows = app
+                .yield_rows()
+                .into_iter()
+                .map(|r| {
+                    let l = &r.stats.latency;
+                    Row::new(vec![
+                        Cell::from(r.kind),
+                        Cell::from(r.name),
+                        Cell::from(fmt_count(r.stats.calls())),
+                        Cell::from(fmt_count(r.stats.yielded)),
+                        Cell::from(fmt_count(r.stats.failed)),
+                        Cell::from(fmt_count(r.stats.errors)),
+                        Cell::from(fmt_ns(l.avg_ns())),
+                        Cell::from(fmt_ns(l.max_ns())),
+                    ])
+                })
+                .collect();
+            (
+                vec!["ROW", "CALLER PATH / YIELDER -> TARGET", "CALLS", "YIELDED", "FAILED", "ERR", "AVG", "MAX"],
+                rows,
+                vec![
+                    Constraint::Length(4),
+                    Constraint::Min(24),
+                    Constraint::Length(7),
+                    Constraint::Length(7),
+                    Constraint::Length(7),
+                    Constraint::Length(5),
+                    Constraint::Length(9),
+                    Constraint::Length(9),
+                ],
+            )
+        }
     };
     let empty = rows.is_empty();
     let t = Table::new(rows, widths)
@@ -210,8 +243,19 @@ fn table(app: &App, area: Rect, buf: &mut Buffer) {
     let mut state = TableState::default().with_selected(if empty { None } else { Some(app.selected) });
     StatefulWidget::render(t, area, buf, &mut state);
     if empty {
-        let msg =
-            if app.profile.locks.is_empty() { "waiting for lock contention..." } else { "no rows match the filters" };
+        let msg = match (&app.view, &app.profile.yield_to) {
+            (View::Yield, None) => format!(
+                "yield_to is not profiled: {}",
+                app.profile.meta.yield_unavailable.as_deref().unwrap_or("no profile yet")
+            ),
+            (View::Yield, Some(y)) if y.total.calls() == 0 => {
+                "no yield_to calls yet (no KVM vCPU has yielded)".to_string()
+            }
+            _ if app.profile.locks.is_empty() && app.view != View::Yield => {
+                "waiting for lock contention...".to_string()
+            }
+            _ => "no rows match the filters".to_string(),
+        };
         let inner = Rect { y: area.y.saturating_add(2), height: area.height.saturating_sub(2), ..area };
         Paragraph::new(msg).style(Style::new().fg(Color::DarkGray)).render(inner, buf);
     }
@@ -402,6 +446,23 @@ mod tests {
         // Tiny terminals must not panic.
         render(&app, 10, 3);
         render(&app, 1, 1);
+    }
+
+    #[test]
+    fn yield_view_lists_paths_and_pairs_or_says_why_not() {
+        let mut app = app_with(fixture::profile_with_yields());
+        app.apply(Action::PrevView);
+        assert_eq!(app.view, View::Yield);
+        let screen = render(&app, 120, 20).join("\n");
+        assert!(screen.contains("kvm_vcpu_yield_to <- kvm_sched_yield"), "{screen}");
+        assert!(screen.contains("301 vcpu0 -> 302 vcpu1"), "{screen}");
+        assert!(screen.contains("YIELDED"), "{screen}");
+        let mut app = app_with(fixture::profile());
+        app.apply(Action::PrevView);
+        let screen = render(&app, 120, 20).join("\n");
+        assert!(screen.contains("yield_to is not profiled: yield_to cannot be probed"), "{screen}");
+        // Tiny terminals do not panic.
+        render(&app, 10, 3);
     }
 
     #[test]
