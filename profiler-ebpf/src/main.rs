@@ -724,11 +724,21 @@ fentry_releases!(
 #[inline(always)]
 fn yield_entry<C: StackIdContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, u32> {
     let (tid, tgid) = current_ids();
-    if !wanted(&CONFIG.load(), tgid) {
+    let cfg = CONFIG.load();
+    if !wanted(&cfg, tgid) {
         return Ok(0);
     }
+    // Under a pause-loop-exit storm yield_to is itself hot: stack walks share
+    // the per-CPU budget of the waits (beyond it the call is kept, stackless).
+    // SAFETY: helper without preconditions.
+    let stack_id = if stack_budget_allows(cfg.stacks_per_window, unsafe { bpf_ktime_get_ns() }) {
+        capture_stack(ctx)
+    } else {
+        count(counter::STACK_SKIPPED);
+        STACK_SKIPPED
+    };
     let off = TASK_OFFSETS.load();
-    let mut start = YieldStart { stack_id: capture_stack(ctx), preempt, ..YieldStart::default() };
+    let mut start = YieldStart { stack_id, preempt, ..YieldStart::default() };
     if task != 0 && off.pid != 0 {
         // SAFETY: `task` is the kernel's `struct task_struct *` argument and the
         // offsets come from the running kernel's BTF; bpf_probe_read_kernel

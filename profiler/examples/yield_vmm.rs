@@ -7,7 +7,14 @@
 //! id of vCPU 1) `--hypercalls` times, counting each in guest memory, and
 //! exits through an `out` to port 0x10. Sharing one CPU makes every
 //! hypercall reach `yield_to()`: the target is runnable but preempted
-//! (`vcpu->ready`) and the yielder's run queue has more than one task.
+//! (`vcpu->ready`) and the yielder's run queue has more than one task, so
+//! these yields succeed.
+//!
+//! Then the yielding vCPU thread switches itself to SCHED_FIFO and the guest
+//! makes as many hypercalls again (exit through port 0x11): `yield_to()` is
+//! still called, but a real-time task cannot yield to a fair-class one, so
+//! it returns 0 (not yielded) every time. KVM's statistics and lockprof's
+//! split must then both say half yielded, half not.
 //!
 //! Prints one line, `YIELD-VMM {json}`, with the hypercalls made and KVM's own
 //! `directed_yield_attempted`/`directed_yield_successful` counters of this VM
@@ -33,8 +40,10 @@ const TARGET_CODE: usize = 0x2000;
 const FLAG: u16 = 0x3000;
 /// 16-bit count of completed hypercalls, kept by the yielder.
 const DONE_COUNT: u16 = 0x3002;
+/// Port the yielder writes to after the first (fair-class) phase.
+const PHASE_PORT: u16 = 0x10;
 /// Port the yielder writes to when it is done.
-const EXIT_PORT: u16 = 0x10;
+const EXIT_PORT: u16 = 0x11;
 /// `KVM_HC_SCHED_YIELD`.
 const HC_SCHED_YIELD: u32 = 11;
 
@@ -42,13 +51,9 @@ fn le16(v: u16) -> [u8; 2] {
     v.to_le_bytes()
 }
 
-/// Real-mode code of the yielding vCPU.
-fn yielder_code(hypercalls: u16) -> Vec<u8> {
-    let mut c = Vec::new();
-    // wait: cmp byte [FLAG], 1 ; jne wait
-    c.extend([0x80, 0x3e]);
-    c.extend(le16(FLAG));
-    c.extend([0x01, 0x75, 0xf9]);
+/// `hypercalls` yield hypercalls to APIC id 1, each counted at DONE_COUNT,
+/// then `out port, al`.
+fn hypercall_loop(c: &mut Vec<u8>, hypercalls: u16, port: u16) {
     // mov cx, hypercalls
     c.push(0xb9);
     c.extend(le16(hypercalls));
@@ -65,9 +70,37 @@ fn yielder_code(hypercalls: u16) -> Vec<u8> {
     c.push(0x49);
     let rel = top as isize - (c.len() as isize + 2);
     c.extend([0x75, rel as i8 as u8]);
-    // out EXIT_PORT, al ; hlt ; jmp $-1
-    c.extend([0xe6, EXIT_PORT as u8, 0xf4, 0xeb, 0xfd]);
+    // out port, al
+    c.extend([0xe6, port as u8]);
+}
+
+/// Real-mode code of the yielding vCPU: wait for the target, two phases of
+/// hypercalls, then halt.
+fn yielder_code(hypercalls: u16) -> Vec<u8> {
+    let mut c = Vec::new();
+    // wait: cmp byte [FLAG], 1 ; jne wait
+    c.extend([0x80, 0x3e]);
+    c.extend(le16(FLAG));
+    c.extend([0x01, 0x75, 0xf9]);
+    hypercall_loop(&mut c, hypercalls, PHASE_PORT);
+    hypercall_loop(&mut c, hypercalls, EXIT_PORT);
+    // hlt ; jmp $-1
+    c.extend([0xf4, 0xeb, 0xfd]);
     c
+}
+
+/// Makes the calling thread SCHED_FIFO (priority 1).
+fn go_realtime() -> std::io::Result<()> {
+    // SAFETY: sched_param is plain data (musl adds fields); zeroed is valid.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 1;
+    // The raw system call: musl's sched_setscheduler() is a stub returning
+    // ENOSYS (the kernel call is per thread, which is what we want here).
+    // SAFETY: the kernel reads one int (sched_priority, the first field of
+    // a valid sched_param); pid 0 = this thread.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_sched_setscheduler, 0, libc::SCHED_FIFO, &param as *const libc::sched_param) };
+    if rc != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// Real-mode code of the target vCPU: raise the flag, then spin forever.
@@ -132,7 +165,7 @@ fn main() -> anyhow::Result<()> {
     let hypercalls: u16 = arg(&args, "--hypercalls", 300)?;
     let cpu: usize = arg(&args, "--cpu", 0)?;
     let timeout = Duration::from_secs(arg(&args, "--timeout-s", 60)?);
-    anyhow::ensure!(hypercalls > 0, "--hypercalls must be at least 1");
+    anyhow::ensure!(hypercalls > 0 && hypercalls <= u16::MAX / 2, "--hypercalls must be 1..={}", u16::MAX / 2);
     pin_to(cpu)?;
 
     let kvm = Kvm::new().map_err(|e| anyhow::anyhow!("/dev/kvm: {e} (are the kvm modules loaded?)"))?;
@@ -213,6 +246,11 @@ fn main() -> anyhow::Result<()> {
         let tid = gettid();
         let r = loop {
             match yielder.run() {
+                Ok(VcpuExit::IoOut(port, _)) if port == PHASE_PORT => {
+                    if let Err(e) = go_realtime() {
+                        break Err(format!("sched_setscheduler(SCHED_FIFO): {e}"));
+                    }
+                }
                 Ok(VcpuExit::IoOut(port, _)) if port == EXIT_PORT => break Ok(()),
                 Ok(VcpuExit::Intr) => {}
                 Ok(other) => break Err(format!("yielder vCPU stopped: {other:?}")),
@@ -238,7 +276,7 @@ fn main() -> anyhow::Result<()> {
     let attempted = kvm_stat(&dir, "directed_yield_attempted")?;
     let successful = kvm_stat(&dir, "directed_yield_successful")?;
     println!(
-        "YIELD-VMM {{\"hypercalls\":{made},\"attempted\":{attempted},\"successful\":{successful},\"pid\":{},\"yielder_tid\":{yielder_tid},\"target_tid\":{},\"elapsed_ms\":{}}}",
+        "YIELD-VMM {{\"hypercalls\":{made},\"attempted\":{attempted},\"successful\":{successful},\"rt_phase\":{hypercalls},\"pid\":{},\"yielder_tid\":{yielder_tid},\"target_tid\":{},\"elapsed_ms\":{}}}",
         std::process::id(),
         target_tid.load(Ordering::SeqCst),
         elapsed.as_millis()

@@ -253,7 +253,7 @@ pub struct FlamegraphArgs {
     /// Differential flamegraph of two recordings (widths from AFTER; red grew, blue shrank).
     #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"])]
     pub diff: Option<Vec<PathBuf>>,
-    /// Frame width: wait time, hold time or contention count.
+    /// Frame width: wait time, hold time, contention count, or yield_to latency (KVM directed yield by caller).
     #[arg(long, value_enum, default_value_t = crate::export::Metric::Wait)]
     pub metric: crate::export::Metric,
     /// SVG output (default: lockprof.svg when --folded is not given either).

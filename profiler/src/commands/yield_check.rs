@@ -25,6 +25,9 @@ pub struct VmmReport {
     pub attempted: u64,
     /// KVM's `directed_yield_successful` for the VM.
     pub successful: u64,
+    /// Hypercalls made from SCHED_FIFO (cannot yield to a fair-class target).
+    #[serde(default)]
+    pub rt_phase: u64,
     /// The VMM's pid.
     pub pid: u32,
     /// Thread running the yielding vCPU.
@@ -62,6 +65,8 @@ pub fn compare(p: &Profile, vmm: &VmmReport, want_backend: Option<&str>) -> Resu
     let ours: Vec<_> = y.pairs.iter().filter(|pr| pr.pid == vmm.pid).collect();
     let calls: u64 = ours.iter().map(|pr| pr.stats.calls()).sum();
     let yielded: u64 = ours.iter().map(|pr| pr.stats.yielded).sum();
+    let (failed, errors): (u64, u64) =
+        ours.iter().fold((0, 0), |(f, e), pr| (f + pr.stats.failed, e + pr.stats.errors));
     let not_yielded: u64 = ours.iter().map(|pr| pr.stats.failed + pr.stats.errors).sum();
     if calls != vmm.hypercalls {
         return Err(format!(
@@ -76,6 +81,12 @@ pub fn compare(p: &Profile, vmm: &VmmReport, want_backend: Option<&str>) -> Resu
             "lockprof: {yielded} yielded / {not_yielded} not; KVM: {} successful / {} not",
             vmm.successful,
             vmm.attempted - vmm.successful
+        ));
+    }
+    if vmm.rt_phase > 0 && (yielded == 0 || not_yielded < vmm.rt_phase) {
+        return Err(format!(
+            "expected {} non-yields from the real-time phase and some yields: {yielded} yielded / {not_yielded} not",
+            vmm.rt_phase
         ));
     }
     let pair = ours
@@ -104,10 +115,11 @@ pub fn compare(p: &Profile, vmm: &VmmReport, want_backend: Option<&str>) -> Resu
         return Err(format!("losses: {:?}", p.meta.drops));
     }
     Ok(format!(
-        "{calls} calls == {} hypercalls; yielded {yielded} == KVM successful {}; not yielded {not_yielded}; \
+        "{calls} calls == {} hypercalls; yielded {yielded} == KVM successful {}; not yielded {not_yielded} (failed {failed}, errors {errors}) == KVM {}; \
          caller {} ({}); pair {}/{} -> {}/{} {}; latency avg {} ns max {} ns; rq-lock waits inside yield_to {}; via {backend}",
         vmm.hypercalls,
         vmm.successful,
+        vmm.attempted - vmm.successful,
         top.caller,
         top.path,
         pair.tid,
@@ -232,5 +244,12 @@ mod tests {
         p.meta.yield_unavailable = Some("no kprobe PMU".into());
         assert!(compare(&p, &vmm(), None).expect_err("not probed").contains("no kprobe PMU"));
         assert!(parse_vmm("nothing").is_err());
+        // The real-time phase must show up as non-yields.
+        let mut rt = vmm();
+        rt.rt_phase = 1;
+        assert!(compare(&profile(&[1, 1, 1, 0]), &rt, None).is_ok());
+        rt.rt_phase = 2;
+        let e = compare(&profile(&[1, 1, 1, 0]), &rt, None).expect_err("too few non-yields");
+        assert!(e.contains("expected 2 non-yields"), "{e}");
     }
 }

@@ -17,13 +17,15 @@ pub enum Metric {
     Hold,
     /// Number of contentions.
     Count,
+    /// KVM directed yield: `yield_to` latency, ns, by caller stack.
+    Yield,
 }
 
 impl Metric {
     /// Unit of the weights.
     pub fn unit(self) -> &'static str {
         match self {
-            Metric::Wait | Metric::Hold => "ns",
+            Metric::Wait | Metric::Hold | Metric::Yield => "ns",
             Metric::Count => "contentions",
         }
     }
@@ -34,6 +36,7 @@ impl Metric {
             Metric::Wait => "Lock wait time (ns)",
             Metric::Hold => "Lock hold time (ns)",
             Metric::Count => "Lock contentions (count)",
+            Metric::Yield => "KVM directed yield: yield_to latency (ns)",
         }
     }
 }
@@ -75,11 +78,42 @@ fn weight(l: &LockProfile, c: &CallerProfile, m: Metric) -> Result<u64, ExportEr
             Some(h) => h.total_ns(),
             None => return Err(ExportError::NoHold(format!("lock {}", l.display_name()))),
         },
+        Metric::Yield => 0,
     })
+}
+
+/// `yield_to` caller stacks weighted by latency, `yield_to` as the leaf.
+fn yield_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
+    let y = p.yield_to.as_ref().ok_or_else(|| {
+        ExportError::NoYield(p.meta.yield_unavailable.clone().unwrap_or_else(|| "yield_to was not probed".into()))
+    })?;
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    for c in &y.callers {
+        let w = c.stats.latency.total_ns();
+        if w == 0 {
+            continue;
+        }
+        let mut frames: Vec<String> = if c.stack.is_empty() {
+            vec![clean(&c.caller, o.offsets)]
+        } else {
+            c.stack.iter().rev().map(|f| clean(f, o.offsets)).collect()
+        };
+        // The stack's innermost frames are yield_to itself (fentry/kprobe):
+        // one leaf frame carries it, with the outcomes.
+        while frames.last().is_some_and(|f| crate::symbols::frame_fn(f) == "yield_to") {
+            frames.pop();
+        }
+        frames.push("yield_to".to_string());
+        *merged.entry(frames.join(";")).or_default() += w;
+    }
+    Ok(merged.into_iter().map(|(k, v)| format!("{k} {v}")).collect())
 }
 
 /// Folded lines, sorted, identical stacks merged.
 pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
+    if o.metric == Metric::Yield {
+        return yield_lines(p, o);
+    }
     if o.metric == Metric::Hold && p.locks.iter().all(|l| l.hold.is_none()) {
         return Err(ExportError::NoHold(
             p.meta.hold_unavailable.clone().unwrap_or_else(|| "backend sees waits only".into()),
@@ -166,6 +200,22 @@ mod tests {
         let err = folded_lines(&fixture::profile(), &FoldOptions { metric: Metric::Hold, ..Default::default() })
             .expect_err("no hold");
         assert!(err.to_string().contains("no hold times"), "{err}");
+    }
+
+    #[test]
+    fn yield_metric_folds_yield_to_callers_by_latency() {
+        let p = fixture::profile_with_yields();
+        let lines = folded_lines(&p, &FoldOptions { metric: Metric::Yield, ..Default::default() }).expect("fold");
+        assert_eq!(
+            lines,
+            [
+                "kvm_emulate_hypercall;kvm_sched_yield;kvm_vcpu_yield_to;yield_to 152000",
+                "kvm_vcpu_on_spin;kvm_vcpu_yield_to;yield_to 1000",
+            ]
+        );
+        let err = folded_lines(&fixture::profile(), &FoldOptions { metric: Metric::Yield, ..Default::default() })
+            .expect_err("no yield data");
+        assert!(err.to_string().contains("yield_to cannot be probed"), "{err}");
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub enum ExportError {
     /// Hold times were asked for but the recording has none.
     #[error("this recording has no hold times ({0}); use --metric wait or count")]
     NoHold(String),
+    /// yield_to latency was asked for but the recording has no yield_to data.
+    #[error("this recording has no yield_to data ({0}); use --metric wait, hold or count")]
+    NoYield(String),
     /// Writing the SVG failed.
     #[error("drawing the flamegraph: {0}")]
     Svg(#[from] std::io::Error),

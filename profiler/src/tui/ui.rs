@@ -49,6 +49,13 @@ fn header(app: &App, area: Rect, buf: &mut Buffer) {
             fmt_count(app.rate as u64)
         )),
     ];
+    if let Some(y) = app.profile.yield_to.as_ref().filter(|y| y.total.calls() > 0) {
+        l1.push(Span::raw(format!(
+            "  yield_to {} ({} yielded)",
+            fmt_count(y.total.calls()),
+            fmt_count(y.total.yielded)
+        )));
+    }
     if app.paused {
         l1.push(Span::styled("  PAUSED", Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)));
     }
@@ -457,6 +464,7 @@ mod tests {
         assert!(screen.contains("kvm_vcpu_yield_to <- kvm_sched_yield"), "{screen}");
         assert!(screen.contains("301 vcpu0 -> 302 vcpu1"), "{screen}");
         assert!(screen.contains("YIELDED"), "{screen}");
+        assert!(screen.contains("yield_to 5 (3 yielded)"), "{screen}");
         let mut app = app_with(fixture::profile());
         app.apply(Action::PrevView);
         let screen = render(&app, 120, 20).join("\n");
