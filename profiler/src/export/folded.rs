@@ -82,6 +82,16 @@ fn weight(l: &LockProfile, c: &CallerProfile, m: Metric) -> Result<u64, ExportEr
     })
 }
 
+/// A stack's frames root first, cleaned; the caller alone when the stack is
+/// unknown.
+fn root_first(stack: &[String], caller: &str, offsets: bool) -> Vec<String> {
+    if stack.is_empty() {
+        vec![clean(caller, offsets)]
+    } else {
+        stack.iter().rev().map(|f| clean(f, offsets)).collect()
+    }
+}
+
 /// `yield_to` caller stacks weighted by latency, `yield_to` as the leaf.
 fn yield_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
     let y = p.yield_to.as_ref().ok_or_else(|| {
@@ -93,11 +103,7 @@ fn yield_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError>
         if w == 0 {
             continue;
         }
-        let mut frames: Vec<String> = if c.stack.is_empty() {
-            vec![clean(&c.caller, o.offsets)]
-        } else {
-            c.stack.iter().rev().map(|f| clean(f, o.offsets)).collect()
-        };
+        let mut frames = root_first(&c.stack, &c.caller, o.offsets);
         // The stack's innermost frames are yield_to itself (fentry/kprobe):
         // one leaf frame carries it, with the outcomes.
         while frames.last().is_some_and(|f| crate::symbols::frame_fn(f) == "yield_to") {
@@ -133,11 +139,7 @@ pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportE
             if w == 0 {
                 continue;
             }
-            let mut frames: Vec<String> = if c.stack.is_empty() {
-                vec![clean(&c.caller, o.offsets)]
-            } else {
-                c.stack.iter().rev().map(|f| clean(f, o.offsets)).collect()
-            };
+            let mut frames = root_first(&c.stack, &c.caller, o.offsets);
             if o.lock_root {
                 frames.insert(0, lock_frame.clone());
             } else {
