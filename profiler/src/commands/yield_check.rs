@@ -134,13 +134,14 @@ pub fn compare(p: &Profile, vmm: &VmmReport, want_backend: Option<&str>) -> Resu
 }
 
 async fn run(args: &SelftestArgs, vmm: &Path) -> Result<String, String> {
-    let mut o = SessionOptions::recommended();
-    o.load.backend = args.backend;
-    o.load.yield_probe = match args.yield_probe {
+    let probe = match args.yield_probe {
         YieldProbe::Auto => None,
         YieldProbe::Fentry => Some(ProbeKind::Fentry),
         YieldProbe::Kprobe => Some(ProbeKind::Kprobe),
     };
+    let mut o = SessionOptions::recommended();
+    o.load.backend = args.backend;
+    o.load.yield_probe = probe;
     let session = Session::start(o).map_err(|e| e.to_string())?;
     let (path, n) = (vmm.to_path_buf(), args.hypercalls);
     let out = tokio::task::spawn_blocking(move || Command::new(&path).args(["--hypercalls", &n.to_string()]).output())
@@ -155,12 +156,7 @@ async fn run(args: &SelftestArgs, vmm: &Path) -> Result<String, String> {
         return Err(format!("the VMM failed ({}): {}{}", out.status, stdout, String::from_utf8_lossy(&out.stderr)));
     }
     let report = parse_vmm(&stdout)?;
-    let want = match args.yield_probe {
-        YieldProbe::Auto => None,
-        YieldProbe::Fentry => Some("fentry"),
-        YieldProbe::Kprobe => Some("kprobe"),
-    };
-    compare(&profile, &report, want)
+    compare(&profile, &report, probe.map(ProbeKind::name))
 }
 
 /// Runs the check and prints one `selftest: PASS|FAIL` line.

@@ -1,6 +1,6 @@
 //! What this kernel supports, tried for real (`lockprof doctor`).
 
-use aya::{Btf, EbpfLoader};
+use aya::{Btf, Ebpf, EbpfLoader};
 use serde::Serialize;
 
 use super::{
@@ -144,12 +144,21 @@ fn try_wait_backend(backend: super::BackendChoice) -> (bool, String) {
     }
 }
 
+/// A fresh copy of the object with the kernel's BTF, for one probe check
+/// (dropping it detaches and unloads what the check attached).
+fn fresh_object() -> Result<(Ebpf, Option<Btf>), String> {
+    let ebpf = EbpfLoader::new()
+        .allow_unsupported_maps()
+        .load(super::object_bytes())
+        .map_err(|e| format!("loading the object: {e}"))?;
+    Ok((ebpf, Btf::from_sys_fs().ok()))
+}
+
 /// Attaches the release probes of one kind, reporting function by function.
 fn try_holds(kind: ProbeKind) -> (bool, String) {
-    let btf = Btf::from_sys_fs().ok();
-    let mut ebpf = match EbpfLoader::new().allow_unsupported_maps().load(super::object_bytes()) {
-        Ok(e) => e,
-        Err(e) => return (false, format!("loading the object: {e}")),
+    let (mut ebpf, btf) = match fresh_object() {
+        Ok(o) => o,
+        Err(e) => return (false, e),
     };
     let a = attach_releases(&mut ebpf, kind, btf.as_ref());
     let mut parts = Vec::new();
@@ -165,10 +174,9 @@ fn try_holds(kind: ProbeKind) -> (bool, String) {
 
 /// Attaches the yield_to probes of one kind.
 fn try_yield(kind: ProbeKind) -> (bool, String) {
-    let btf = Btf::from_sys_fs().ok();
-    let mut ebpf = match EbpfLoader::new().allow_unsupported_maps().load(super::object_bytes()) {
-        Ok(e) => e,
-        Err(e) => return (false, format!("loading the object: {e}")),
+    let (mut ebpf, btf) = match fresh_object() {
+        Ok(o) => o,
+        Err(e) => return (false, e),
     };
     match attach_yield(&mut ebpf, kind, btf.as_ref()) {
         Ok(()) => (true, "yield_to entry and return probed, then detached".to_string()),

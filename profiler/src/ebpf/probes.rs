@@ -4,7 +4,7 @@
 
 use aya::{
     Btf, Ebpf,
-    programs::{FEntry, FExit, KProbe},
+    programs::{FEntry, FExit, KProbe, Program, ProgramError},
 };
 
 use super::error_chain;
@@ -139,16 +139,39 @@ impl Attached {
     }
 }
 
-fn kprobe<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut KProbe, String> {
-    let p: &mut KProbe = ebpf
-        .program_mut(prog)
-        .ok_or_else(|| format!("program {prog} missing"))?
+/// Program `name` of the object as its concrete type.
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("program {name} missing"))?
         .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+        .map_err(|e: ProgramError| e.to_string())
+}
+
+/// Loads kprobe program `prog` (once: one program serves several functions)
+/// and attaches it to `func`.
+fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, func: &str) -> Result<(), String> {
+    let p: &mut KProbe = program(ebpf, prog)?;
     if p.fd().is_err() {
         p.load().map_err(|e| format!("loading {prog}: {}", error_chain(&e)))?;
     }
-    Ok(p)
+    p.attach(func, 0).map(drop).map_err(|e| error_chain(&e))
+}
+
+/// Loads fentry program `prog` for `func` and attaches it.
+fn attach_fentry(ebpf: &mut Ebpf, prog: &str, func: &str, btf: &Btf) -> Result<(), String> {
+    let p: &mut FEntry = program(ebpf, prog)?;
+    p.load(func, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
+    p.attach().map(drop).map_err(|e| format!("attaching fentry: {}", error_chain(&e)))
+}
+
+/// Loads fexit program `prog` for `func` and attaches it.
+fn attach_fexit(ebpf: &mut Ebpf, prog: &str, func: &str, btf: &Btf) -> Result<(), String> {
+    let p: &mut FExit = program(ebpf, prog)?;
+    p.load(func, btf).map_err(|e| format!("loading fexit: {}", error_chain(&e)))?;
+    p.attach().map(drop).map_err(|e| format!("attaching fexit: {}", error_chain(&e)))
 }
 
 /// Attaches the slowpath wait programs.
@@ -156,15 +179,13 @@ pub fn attach_waits(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Atta
     let mut out = Attached::default();
     for t in WAIT_TARGETS {
         let r = match kind {
-            ProbeKind::Kprobe => kprobe(ebpf, t.kprobe)
-                .and_then(|p| p.attach(t.func, 0).map(drop).map_err(|e| error_chain(&e)))
-                .and_then(|()| {
-                    let ret = if t.spinning { "krp_spin" } else { "krp_sleep" };
-                    kprobe(ebpf, ret)?.attach(t.func, 0).map(drop).map_err(|e| error_chain(&e))
-                }),
+            ProbeKind::Kprobe => attach_kprobe(ebpf, t.kprobe, t.func)
+                .and_then(|()| attach_kprobe(ebpf, if t.spinning { "krp_spin" } else { "krp_sleep" }, t.func)),
             ProbeKind::Fentry => match btf {
                 None => Err("no kernel BTF".to_string()),
-                Some(btf) => fentry_pair(ebpf, t, btf),
+                Some(btf) => {
+                    attach_fentry(ebpf, t.fentry, t.func, btf).and_then(|()| attach_fexit(ebpf, t.fexit, t.func, btf))
+                }
             },
         };
         match r {
@@ -175,43 +196,15 @@ pub fn attach_waits(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Atta
     out
 }
 
-fn fentry_pair(ebpf: &mut Ebpf, t: &WaitTarget, btf: &Btf) -> Result<(), String> {
-    let fe: &mut FEntry = ebpf
-        .program_mut(t.fentry)
-        .ok_or_else(|| format!("program {} missing", t.fentry))?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-    fe.load(t.func, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
-    fe.attach().map_err(|e| format!("attaching fentry: {}", error_chain(&e)))?;
-    let fx: &mut FExit = ebpf
-        .program_mut(t.fexit)
-        .ok_or_else(|| format!("program {} missing", t.fexit))?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-    fx.load(t.func, btf).map_err(|e| format!("loading fexit: {}", error_chain(&e)))?;
-    fx.attach().map_err(|e| format!("attaching fexit: {}", error_chain(&e)))?;
-    Ok(())
-}
-
 /// Attaches the release (hold) programs.
 pub fn attach_releases(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
     let mut out = Attached::default();
     for (func, fentry) in RELEASE_TARGETS {
         let r = match kind {
-            ProbeKind::Kprobe => {
-                kprobe(ebpf, "kp_release").and_then(|p| p.attach(*func, 0).map(drop).map_err(|e| error_chain(&e)))
-            }
+            ProbeKind::Kprobe => attach_kprobe(ebpf, "kp_release", func),
             ProbeKind::Fentry => match btf {
                 None => Err("no kernel BTF".to_string()),
-                Some(btf) => (|| {
-                    let fe: &mut FEntry = ebpf
-                        .program_mut(fentry)
-                        .ok_or_else(|| format!("program {fentry} missing"))?
-                        .try_into()
-                        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-                    fe.load(func, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
-                    fe.attach().map(drop).map_err(|e| format!("attaching fentry: {}", error_chain(&e)))
-                })(),
+                Some(btf) => attach_fentry(ebpf, fentry, func, btf),
             },
         };
         match r {
@@ -239,25 +232,13 @@ pub fn attach_yield(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Resu
     let [entry, ret] = yield_programs(kind);
     match kind {
         ProbeKind::Kprobe => {
-            kprobe(ebpf, ret)?.attach(YIELD_FUNC, 0).map(drop).map_err(|e| error_chain(&e))?;
-            kprobe(ebpf, entry)?.attach(YIELD_FUNC, 0).map(drop).map_err(|e| error_chain(&e))
+            attach_kprobe(ebpf, ret, YIELD_FUNC)?;
+            attach_kprobe(ebpf, entry, YIELD_FUNC)
         }
         ProbeKind::Fentry => {
             let btf = btf.ok_or_else(|| "no kernel BTF".to_string())?;
-            let fx: &mut FExit = ebpf
-                .program_mut(ret)
-                .ok_or_else(|| format!("program {ret} missing"))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-            fx.load(YIELD_FUNC, btf).map_err(|e| format!("loading fexit: {}", error_chain(&e)))?;
-            fx.attach().map_err(|e| format!("attaching fexit: {}", error_chain(&e)))?;
-            let fe: &mut FEntry = ebpf
-                .program_mut(entry)
-                .ok_or_else(|| format!("program {entry} missing"))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-            fe.load(YIELD_FUNC, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
-            fe.attach().map(drop).map_err(|e| format!("attaching fentry: {}", error_chain(&e)))
+            attach_fexit(ebpf, ret, YIELD_FUNC, btf)?;
+            attach_fentry(ebpf, entry, YIELD_FUNC, btf)
         }
     }
 }

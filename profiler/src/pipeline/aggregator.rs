@@ -152,11 +152,16 @@ pub struct Snapshot {
     pub yields: YieldAgg,
 }
 
+/// `key` when it already has a row or `map` has room for one (fewer than
+/// `cap` rows); else the `overflow` key, and true.
+fn capped<K: Eq + std::hash::Hash, V>(map: &FxHashMap<K, V>, key: K, cap: usize, overflow: K) -> (K, bool) {
+    if map.contains_key(&key) || map.len() < cap { (key, false) } else { (overflow, true) }
+}
+
 /// The row of lock `key`, or the overflow row when the lock cap is reached
 /// (then the flag is true).
 fn lock_row<'a>(locks: &'a mut FxHashMap<LockKey, LockAgg>, limits: &Limits, key: LockKey) -> (&'a mut LockAgg, bool) {
-    let overflow = !locks.contains_key(&key) && locks.len() >= limits.max_locks;
-    let key = if overflow { LockKey::OVERFLOW } else { key };
+    let (key, overflow) = capped(locks, key, limits.max_locks, LockKey::OVERFLOW);
     let row = locks.entry(key).or_insert_with(|| LockAgg {
         wait: Stats::new(LOCK_SIGFIG),
         callers: FxHashMap::default(),
@@ -224,19 +229,10 @@ impl Aggregator {
     pub fn ingest_yield(&mut self, ev: &YieldEvent) {
         let y = &mut self.state.yields;
         y.total.record(ev.ret, ev.latency_ns);
-        let mut overflow = false;
-        let sid = if y.callers.contains_key(&ev.stack_id) || y.callers.len() < self.limits.max_callers {
-            ev.stack_id
-        } else {
-            overflow = true;
-            OVERFLOW_STACK
-        };
+        let (sid, caller_overflow) = capped(&y.callers, ev.stack_id, self.limits.max_callers, OVERFLOW_STACK);
         y.callers.entry(sid).or_default().record(ev.ret, ev.latency_ns);
-        let mut key = YieldPairKey { tid: ev.tid, target_pid: ev.target_pid };
-        if !y.pairs.contains_key(&key) && y.pairs.len() >= self.limits.max_tasks {
-            overflow = true;
-            key = YieldPairKey::OVERFLOW;
-        }
+        let pair = YieldPairKey { tid: ev.tid, target_pid: ev.target_pid };
+        let (key, pair_overflow) = capped(&y.pairs, pair, self.limits.max_tasks, YieldPairKey::OVERFLOW);
         let is_overflow = key == YieldPairKey::OVERFLOW;
         y.pairs
             .entry(key)
@@ -249,7 +245,7 @@ impl Aggregator {
             })
             .stats
             .record(ev.ret, ev.latency_ns);
-        if overflow {
+        if caller_overflow || pair_overflow {
             y.overflow += 1;
         }
     }
@@ -315,10 +311,9 @@ impl Aggregator {
             add(c);
         }
 
-        let mut tid = tid;
-        if !st.tasks.contains_key(&tid) && st.tasks.len() >= self.limits.max_tasks {
+        let (tid, task_overflow) = capped(&st.tasks, tid, self.limits.max_tasks, OVERFLOW_TID);
+        if task_overflow {
             st.overflow.tasks += n;
-            tid = OVERFLOW_TID;
         }
         let task = st.tasks.entry(tid).or_insert_with(|| TaskAgg {
             tgid: if tid == OVERFLOW_TID { 0 } else { tgid },

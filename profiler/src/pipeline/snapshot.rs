@@ -29,8 +29,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
             ),
             None => (rs.caller.clone(), rs.caller.clone()),
         };
-        let key = if rs.frames.is_empty() { vec![caller.clone()] } else { rs.frames.clone() };
-        by_stack.entry(key).and_modify(|c| c.stats.merge(stats)).or_insert_with(|| YieldCaller {
+        by_stack.entry(rs.group_key()).and_modify(|c| c.stats.merge(stats)).or_insert_with(|| YieldCaller {
             caller,
             path,
             stack: rs.frames.clone(),
@@ -90,10 +89,9 @@ pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: &mut Resolver<S>, m
         for (sid, stats) in &agg.callers {
             let rs = resolver.stack(*sid);
             *caller_fns.entry(rs.caller_fn.clone()).or_default() += stats.count();
-            let group_key = if rs.frames.is_empty() { vec![rs.caller.clone()] } else { rs.frames.clone() };
             let hold = agg.hold_callers.get(sid);
             by_stack
-                .entry(group_key)
+                .entry(rs.group_key())
                 .and_modify(|c| {
                     c.wait.merge(stats);
                     if let Some(h) = hold {

@@ -17,20 +17,19 @@ fn hold_fields(h: Option<&Stats>) -> (Value, Value, Value, Value) {
 
 fn yield_fields(s: &YieldStats) -> serde_json::Map<String, Value> {
     let l = &s.latency;
-    let v = json!({
-        "calls": s.calls(),
-        "yielded": s.yielded,
-        "failed": s.failed,
-        "errors": s.errors,
-        "latency_total_ns": l.total_ns(),
-        "latency_max_ns": l.max_ns(),
-        "latency_avg_ns": l.avg_ns(),
-        "latency_p99_ns": l.quantile_ns(0.99),
-    });
-    match v {
-        Value::Object(m) => m,
-        _ => serde_json::Map::new(),
-    }
+    [
+        ("calls", s.calls()),
+        ("yielded", s.yielded),
+        ("failed", s.failed),
+        ("errors", s.errors),
+        ("latency_total_ns", l.total_ns()),
+        ("latency_max_ns", l.max_ns()),
+        ("latency_avg_ns", l.avg_ns()),
+        ("latency_p99_ns", l.quantile_ns(0.99)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), json!(v)))
+    .collect()
 }
 
 /// The `yield_to` object: always present; `available` says whether

@@ -123,16 +123,25 @@ fn lock_wanted(l: &LockProfile, opts: &ReportOptions) -> bool {
     opts.lock.as_deref().is_none_or(|f| crate::export::lock_matches(l, f))
 }
 
-/// Locks sorted by the chosen key (stable tie-break on address), cut to `top`.
-pub(crate) fn sorted_locks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a LockProfile> {
-    let mut v: Vec<&LockProfile> = p.locks.iter().filter(|l| lock_wanted(l, opts)).collect();
-    v.sort_by(|a, b| {
-        opts.sort.value(&b.wait).cmp(&opts.sort.value(&a.wait)).then(a.addr.cmp(&b.addr)).then(a.mode.cmp(&b.mode))
-    });
+/// Rows sorted by the chosen key on `stats` (descending), ties broken by
+/// `tie`, cut to `--top`.
+fn sort_cut<T>(
+    mut v: Vec<T>,
+    opts: &ReportOptions,
+    stats: impl Fn(&T) -> &Stats,
+    tie: impl Fn(&T, &T) -> std::cmp::Ordering,
+) -> Vec<T> {
+    v.sort_by(|a, b| opts.sort.value(stats(b)).cmp(&opts.sort.value(stats(a))).then_with(|| tie(a, b)));
     if let Some(n) = opts.top {
         v.truncate(n);
     }
     v
+}
+
+/// Locks sorted by the chosen key (stable tie-break on address), cut to `top`.
+pub(crate) fn sorted_locks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a LockProfile> {
+    let v = p.locks.iter().filter(|l| lock_wanted(l, opts)).collect();
+    sort_cut(v, opts, |l| &l.wait, |a, b| a.addr.cmp(&b.addr).then(a.mode.cmp(&b.mode)))
 }
 
 /// (lock, caller index) rows for `--by caller`, sorted and cut.
@@ -140,57 +149,29 @@ pub(crate) fn sorted_callers<'a>(
     p: &'a Profile,
     opts: &ReportOptions,
 ) -> Vec<(&'a LockProfile, &'a crate::model::CallerProfile)> {
-    let mut v: Vec<_> =
+    let v =
         p.locks.iter().filter(|l| lock_wanted(l, opts)).flat_map(|l| l.callers.iter().map(move |c| (l, c))).collect();
-    v.sort_by(|a, b| {
-        opts.sort
-            .value(&b.1.wait)
-            .cmp(&opts.sort.value(&a.1.wait))
-            .then(a.0.addr.cmp(&b.0.addr))
-            .then(a.1.caller.cmp(&b.1.caller))
-    });
-    if let Some(n) = opts.top {
-        v.truncate(n);
-    }
-    v
+    sort_cut(v, opts, |(_, c)| &c.wait, |a, b| a.0.addr.cmp(&b.0.addr).then(a.1.caller.cmp(&b.1.caller)))
 }
 
 /// yield_to callers sorted by the chosen key (on latency; `contended` = calls) and cut.
 pub(crate) fn sorted_yield_callers<'a>(y: &'a YieldProfile, opts: &ReportOptions) -> Vec<&'a YieldCaller> {
-    let mut v: Vec<_> = y.callers.iter().collect();
-    v.sort_by(|a, b| {
-        opts.sort.value(&b.stats.latency).cmp(&opts.sort.value(&a.stats.latency)).then(a.path.cmp(&b.path))
-    });
-    if let Some(n) = opts.top {
-        v.truncate(n);
-    }
-    v
+    sort_cut(y.callers.iter().collect(), opts, |c| &c.stats.latency, |a, b| a.path.cmp(&b.path))
 }
 
 /// yield_to pairs sorted and cut.
 pub(crate) fn sorted_yield_pairs<'a>(y: &'a YieldProfile, opts: &ReportOptions) -> Vec<&'a YieldPair> {
-    let mut v: Vec<_> = y.pairs.iter().collect();
-    v.sort_by(|a, b| {
-        opts.sort
-            .value(&b.stats.latency)
-            .cmp(&opts.sort.value(&a.stats.latency))
-            .then(a.tid.cmp(&b.tid))
-            .then(a.target_tid.cmp(&b.target_tid))
-    });
-    if let Some(n) = opts.top {
-        v.truncate(n);
-    }
-    v
+    sort_cut(
+        y.pairs.iter().collect(),
+        opts,
+        |p| &p.stats.latency,
+        |a, b| a.tid.cmp(&b.tid).then(a.target_tid.cmp(&b.target_tid)),
+    )
 }
 
 /// Tasks sorted and cut.
 pub(crate) fn sorted_tasks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a crate::model::TaskProfile> {
-    let mut v: Vec<_> = p.tasks.iter().collect();
-    v.sort_by(|a, b| opts.sort.value(&b.wait).cmp(&opts.sort.value(&a.wait)).then(a.tid.cmp(&b.tid)));
-    if let Some(n) = opts.top {
-        v.truncate(n);
-    }
-    v
+    sort_cut(p.tasks.iter().collect(), opts, |t| &t.wait, |a, b| a.tid.cmp(&b.tid))
 }
 
 #[cfg(test)]

@@ -27,6 +27,14 @@ pub struct ResolvedStack {
     pub caller_fn: String,
 }
 
+impl ResolvedStack {
+    /// What callers are merged by: the symbolized frames (stack ids that
+    /// resolve alike are one caller), or the caller text when there are none.
+    pub fn group_key(&self) -> Vec<String> {
+        if self.frames.is_empty() { vec![self.caller.clone()] } else { self.frames.clone() }
+    }
+}
+
 /// How many top frames may belong to the tracing machinery.
 const TRACE_PREFIX_MAX: usize = 6;
 
