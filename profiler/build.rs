@@ -11,8 +11,10 @@ fn main() -> anyhow::Result<()> {
         .find(|p| p.name.as_str() == "profiler-ebpf")
         .ok_or_else(|| anyhow!("profiler-ebpf package not found in the workspace"))?;
     let root = ebpf.manifest_path.parent().ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?;
+    // `--features bench` (cargo xtask bench) adds the counting-only floor programs.
+    let features: &[&str] = if std::env::var_os("CARGO_FEATURE_BENCH").is_some() { &["floor"] } else { &[] };
     aya_build::build_ebpf(
-        [aya_build::Package { name: ebpf.name.as_str(), root_dir: root.as_str(), ..Default::default() }],
+        [aya_build::Package { name: ebpf.name.as_str(), root_dir: root.as_str(), features, ..Default::default() }],
         aya_build::Toolchain::default(),
     )
     .context(

@@ -18,7 +18,8 @@
 //!
 //! Prints one line, `YIELD-VMM {json}`, with the hypercalls made and KVM's own
 //! `directed_yield_attempted`/`directed_yield_successful` counters of this VM
-//! (read from debugfs before the VM is torn down).
+//! (read from debugfs before the VM is torn down; `null` on kernels that do
+//! not keep them).
 //!
 //! Usage: `yield_vmm [--hypercalls N] [--cpu C] [--timeout-s S]`
 
@@ -145,10 +146,23 @@ fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
-fn kvm_stat(dir: &str, name: &str) -> anyhow::Result<u64> {
+/// A per-VM KVM statistic from debugfs; `None` when this kernel does not
+/// keep it (the directed-yield statistics appeared after 5.10).
+fn kvm_stat(dir: &str, name: &str) -> anyhow::Result<Option<u64>> {
     let path = format!("{dir}/{name}");
-    let s = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("{path}: {e} (is debugfs mounted?)"))?;
-    Ok(s.trim().parse()?)
+    if !std::path::Path::new(dir).is_dir() {
+        anyhow::bail!("{dir} is missing (is debugfs mounted?)");
+    }
+    match std::fs::read_to_string(&path) {
+        Ok(s) => Ok(Some(s.trim().parse()?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow::anyhow!("{path}: {e}")),
+    }
+}
+
+/// A JSON number or `null`.
+fn json_num(v: Option<u64>) -> String {
+    v.map_or_else(|| "null".to_string(), |v| v.to_string())
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> anyhow::Result<T> {
@@ -276,7 +290,9 @@ fn main() -> anyhow::Result<()> {
     let attempted = kvm_stat(&dir, "directed_yield_attempted")?;
     let successful = kvm_stat(&dir, "directed_yield_successful")?;
     println!(
-        "YIELD-VMM {{\"hypercalls\":{made},\"attempted\":{attempted},\"successful\":{successful},\"rt_phase\":{hypercalls},\"pid\":{},\"yielder_tid\":{yielder_tid},\"target_tid\":{},\"elapsed_ms\":{}}}",
+        "YIELD-VMM {{\"hypercalls\":{made},\"attempted\":{},\"successful\":{},\"rt_phase\":{hypercalls},\"pid\":{},\"yielder_tid\":{yielder_tid},\"target_tid\":{},\"elapsed_ms\":{}}}",
+        json_num(attempted),
+        json_num(successful),
         std::process::id(),
         target_tid.load(Ordering::SeqCst),
         elapsed.as_millis()

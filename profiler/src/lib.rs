@@ -1,10 +1,14 @@
 //! lockprof: a live lock-contention profiler for Linux, on eBPF.
 //!
-//! Architecture, by folder: `ebpf/` loads and attaches the kernel programs and
-//! probes features; `pipeline/` reads the ring buffer, aggregates and
-//! snapshots; `symbols/` resolves stacks, picks callers and names locks;
-//! `model/` holds the profile every face reads; `report/` renders it;
-//! `commands/` wires the CLI (`cli.rs`) to all of that.
+//! Architecture, by folder, top down: `cli/` turns the command line into
+//! options (clap lives only there); `commands/` runs each subcommand;
+//! `tui/` is the live dashboard; `session/` drives one recording in phases;
+//! `pipeline/` reads the ring buffer into typed records, aggregates them
+//! (its own loop, cheap snapshots) and builds profiles; `ebpf/` loads and
+//! attaches the kernel programs and probes features; `symbols/` resolves
+//! stacks, picks callers and names locks; `query` picks and orders rows for
+//! every face; `report/` and `export/` render profiles; `model/` holds the
+//! profile every face reads; `workload/` generates contention.
 
 pub mod cli;
 pub mod commands;
@@ -12,8 +16,10 @@ pub mod ebpf;
 pub mod export;
 pub mod model;
 pub mod pipeline;
+pub mod query;
 pub mod recording;
 pub mod report;
+pub mod session;
 pub mod shutdown;
 pub mod symbols;
 pub mod tui;

@@ -4,10 +4,10 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use lockprof::{
-    cli::{Cli, Command},
-    commands::{self, UsageError},
+    cli::{Cli, Command, UsageError},
+    commands,
     ebpf::LoadError,
-    pipeline::SessionError,
+    session::SessionError,
 };
 
 fn exit_code(err: &anyhow::Error) -> u8 {
@@ -59,8 +59,6 @@ fn main() -> ExitCode {
         Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a, cli.verbose))),
         Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a, cli.verbose))),
         Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a, cli.verbose))),
-        Command::Selftest(a) => runtime().and_then(|rt| rt.block_on(commands::selftest(a))),
-        Command::Bench(a) => runtime().and_then(|rt| rt.block_on(commands::bench(a))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

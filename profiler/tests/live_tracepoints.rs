@@ -18,7 +18,7 @@ use std::{
 use lockprof::{
     ebpf::{BackendChoice, LoadOptions, check_privileges},
     model::{LockProfile, NameSource, Profile},
-    pipeline::{Session, SessionOptions},
+    session::{Session, SessionOptions},
     workload::{self, Workload},
 };
 use profiler_common::{Config, LockMode, LockType};
@@ -249,12 +249,8 @@ fn pid_filter_keeps_only_that_process() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lockprof"))
-        .args(["stress", "pipe", "--threads", "3", "--duration", "3"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn stress");
-    let pid = child.id();
+    let storm = Storm::start("pipe", 3);
+    let pid = storm.pid();
     let opts = SessionOptions {
         load: LoadOptions {
             config: Config { filter_tgid: 1, ..Config::default() },
@@ -265,7 +261,7 @@ fn pid_filter_keeps_only_that_process() {
     };
     // Our own process contends too, and must not show up.
     let p = record_during(opts, Workload::Pipe, 2, 2.0);
-    let _ = child.wait();
+    drop(storm);
     assert!(!p.tasks.is_empty(), "the filtered process contended but nothing was recorded");
     assert!(
         p.tasks.iter().all(|t| t.tgid == pid),
@@ -278,6 +274,35 @@ fn lockprof() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lockprof"))
 }
 
+/// A `lockprof stress` process that outlives everything the test records
+/// while it runs: it is started long and killed when the guard drops, so a
+/// busy machine that delays a recording cannot make it miss the workload.
+struct Storm(std::process::Child);
+
+impl Storm {
+    fn start(workload: &str, threads: usize) -> Storm {
+        let child = lockprof()
+            .args(["stress", workload, "--threads", &threads.to_string(), "--duration", "600"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn stress");
+        // Let its threads start contending before anyone records.
+        thread::sleep(Duration::from_millis(300));
+        Storm(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Storm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn binary_records_json_and_reports_the_recording() {
     if !kernel_ready("binary_records_json_and_reports_the_recording") {
@@ -287,17 +312,13 @@ fn binary_records_json_and_reports_the_recording() {
     let dir = std::env::temp_dir().join(format!("lockprof-it-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmpdir");
     let rec = dir.join("pipe.lockprof");
-    let mut stress = lockprof()
-        .args(["stress", "pipe", "--threads", "4", "--duration", "4"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("stress");
+    let storm = Storm::start("pipe", 4);
     let out = lockprof()
         .args(["record", "--duration", "2", "--format", "json", "--output"])
         .arg(&rec)
         .output()
         .expect("run record");
-    let _ = stress.wait();
+    drop(storm);
     assert!(out.status.success(), "record failed: {}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     for k in ["backend", "kernel", "duration_s", "drops", "locks"] {
@@ -453,11 +474,7 @@ fn flamegraph_folded_pprof_and_diff_of_a_pipe_storm() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("lockprof-fg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmpdir");
-    let mut stress = lockprof()
-        .args(["stress", "pipe", "--threads", "4", "--duration", "5"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("stress");
+    let storm = Storm::start("pipe", 4);
     for (name, mode) in [("a", "aggregate"), ("b", "stream")] {
         let out = lockprof()
             .args(["record", "--duration", "1.5", "--mode", mode, "--output"])
@@ -466,7 +483,7 @@ fn flamegraph_folded_pprof_and_diff_of_a_pipe_storm() {
             .expect("record");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    let _ = stress.wait();
+    drop(storm);
     let rec = dir.join("a.lockprof");
 
     let out = lockprof()

@@ -57,6 +57,11 @@ fn lockprof() -> Command {
     Command::new(workspace_root().join("target/release/lockprof"))
 }
 
+/// The measurement helpers (feature `bench`), built beside the product binary.
+fn lockprof_bench() -> Command {
+    Command::new(workspace_root().join("target/release/lockprof-bench"))
+}
+
 /// Starts a tracer and waits until it says it is attached.
 fn start_tracer(mut cmd: Command, ready: &str) -> Result<Child> {
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("starting tracer")?;
@@ -114,8 +119,8 @@ fn run_one(mode: Mode, workload: &str, o: &Opts) -> Result<Sample> {
     match mode {
         Mode::Untraced => Ok(Sample { ops_per_s: stress(workload, o.threads, o.duration)?, recording: None }),
         Mode::Floor => {
-            let mut c = lockprof();
-            c.args(["bench", "floor"]);
+            let mut c = lockprof_bench();
+            c.arg("floor");
             let t = start_tracer(c, "floor attached")?;
             let r = stress(workload, o.threads, o.duration);
             stop_tracer(t)?;
@@ -222,11 +227,11 @@ fn measure_costs(o: &Opts) -> Result<Vec<(&'static str, Vec<ProgCost>)>> {
     std::fs::write(KNOB, "1").context("enabling bpf_stats")?;
     let mut res = Vec::new();
     for (name, args) in [
-        ("floor", vec!["bench", "floor"]),
+        ("floor", vec!["floor"]),
         ("aggregate", vec!["record", "--format", "json", "--top", "1"]),
         ("stream", vec!["record", "--format", "json", "--top", "1", "--mode", "stream"]),
     ] {
-        let mut c = lockprof();
+        let mut c = if name == "floor" { lockprof_bench() } else { lockprof() };
         c.args(&args);
         let ready = if name == "floor" { "floor attached" } else { "lockprof: recording" };
         let t = start_tracer(c, ready)?;
@@ -239,7 +244,7 @@ fn measure_costs(o: &Opts) -> Result<Vec<(&'static str, Vec<ProgCost>)>> {
 }
 
 fn bench_json(args: &[&str]) -> Result<Value> {
-    let out = output(lockprof().arg("bench").args(args)).with_context(|| format!("lockprof bench {args:?}"))?;
+    let out = output(lockprof_bench().args(args)).with_context(|| format!("lockprof-bench {args:?}"))?;
     serde_json::from_str(out.trim()).context("bench output is not JSON")
 }
 

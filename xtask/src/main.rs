@@ -52,13 +52,16 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "pipe,fork,unlink,prio")]
         workloads: Vec<String>,
     },
-    /// Boot a Debian kernel under QEMU and run the kprobe, fentry and tracepoint backend checks inside.
+    /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
-        /// Kernel image package (default: what linux-image-amd64 depends on).
-        #[arg(long)]
+        /// An exact Debian kernel package, any suite and flavour (default: Debian stable's).
+        #[arg(long, conflicts_with = "matrix")]
         kernel: Option<String>,
-        /// Give up after this many seconds.
-        #[arg(long, default_value_t = 480)]
+        /// Every kernel of the matrix: 5.10, 6.1, the newest in backports, PREEMPT_RT.
+        #[arg(long)]
+        matrix: bool,
+        /// Give up on one guest after this many seconds.
+        #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
     /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests.
@@ -112,68 +115,67 @@ fn main() -> Result<()> {
                 eprintln!("xtask: --no-vm: the guest-kernel backend tests were not run");
                 Ok(())
             } else {
-                vm_test(None, 480)
+                vm_test(vm::Opts { kernel: None, matrix: true, timeout: std::time::Duration::from_secs(600) })
             }
         }
-        Cmd::VmTest { kernel, timeout } => vm_test(kernel, timeout),
+        Cmd::VmTest { kernel, matrix, timeout } => {
+            vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout) })
+        }
         Cmd::Bench { rounds, duration, threads, workloads } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
             }
             setup::all()?;
-            run(cargo().args(["build", "--release", "--package", "profiler"]))?;
+            run(cargo().args(["build", "--release", "--package", "profiler", "--bin", "lockprof"]))?;
+            run(cargo().args([
+                "build",
+                "--release",
+                "--package",
+                "profiler",
+                "--features",
+                "bench",
+                "--bin",
+                "lockprof-bench",
+            ]))?;
             bench::run(&bench::Opts { rounds: rounds.max(1), duration, threads, workloads })
         }
     }
 }
 
-fn vm_test(kernel: Option<String>, timeout: u64) -> Result<()> {
+fn vm_test(opts: vm::Opts) -> Result<()> {
     if !is_root() {
-        bail!("cargo xtask vm-test installs QEMU and a kernel package with apt: run it as root");
+        bail!("cargo xtask vm-test installs QEMU with apt and loads eBPF programs in guests: run it as root");
     }
     setup::all()?;
-    vm::run_vm(&vm::Opts { kernel, timeout: std::time::Duration::from_secs(timeout) })
+    vm::run_vm(&opts)
 }
 
 fn test(no_lint: bool) -> Result<()> {
     setup::all()?;
     if !no_lint {
         run(cargo().args(["fmt", "--all", "--check"])).context("cargo fmt --check: run `cargo fmt --all`")?;
-        run(cargo().args([
-            "clippy",
-            "--workspace",
-            "--exclude",
-            "profiler-ebpf",
-            "--all-targets",
+        // Every target, the feature-gated ones (bench binary, guest tests) included.
+        run(cargo().args(["clippy", "--workspace", "--exclude", "profiler-ebpf", "--all-targets"]).args([
+            "--features",
+            "profiler/bench,profiler/guest-tests",
             "--",
             "-D",
             "warnings",
         ]))?;
-        // The eBPF crate only builds for the BPF target.
-        run(std::process::Command::new("rustup")
-            .current_dir(util::workspace_root())
-            .env("PATH", util::path_env())
-            .args([
-                "run",
-                "nightly",
-                "cargo",
-                "clippy",
-                "--package",
-                "profiler-ebpf",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
+        // The eBPF crate only builds for the BPF target (with and without the benchmark floor).
+        for features in ["", "floor"] {
+            run(std::process::Command::new("rustup")
+                .current_dir(util::workspace_root())
+                .env("PATH", util::path_env())
+                .args(["run", "nightly", "cargo", "clippy", "--package", "profiler-ebpf", "--features", features])
+                .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core", "--", "-D", "warnings"]))?;
+        }
     }
     if is_root() {
         return run(cargo().args(["test", "--workspace"]));
     }
     // Unit tests as this user; the kernel tests need root.
-    run(cargo().args(["test", "--workspace", "--lib", "--bins"]))?;
+    run(cargo().args(["test", "--workspace", "--exclude", "profiler-ebpf", "--lib", "--bins"]))?;
     let sudo = std::process::Command::new("sudo").args(["-n", "true"]).status().is_ok_and(|s| s.success());
     if sudo {
         eprintln!("xtask: running the kernel tests through sudo");

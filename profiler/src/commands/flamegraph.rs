@@ -3,14 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser as _;
-
-use super::{UsageError, record::type_mask};
+use super::UsageError;
 use crate::{
-    cli::{Cli, Command, FlamegraphArgs},
+    cli::FlamegraphArgs,
     export::{FoldOptions, SvgOptions, diff_svg, folded_lines, svg},
-    model::{Profile, parse_type},
+    model::Profile,
+    query::Query,
     recording,
+    session::SessionOptions,
 };
 
 fn load(path: &Path) -> anyhow::Result<Profile> {
@@ -35,29 +35,19 @@ fn subtitle(p: &Profile) -> String {
     )
 }
 
-/// Records the live kernel with `record`'s defaults.
-async fn live(duration: f64, types: &[String], verbose: u8) -> anyhow::Result<Profile> {
-    let mut argv = vec!["lockprof".to_string(), "record".into(), format!("--duration={duration}")];
-    if !types.is_empty() {
-        argv.push(format!("--type={}", types.join(",")));
-    }
-    let cli = Cli::try_parse_from(argv).map_err(|e| UsageError(e.to_string()))?;
-    let Command::Record(args) = cli.command else {
-        return Err(UsageError("internal: not a record command".into()).into());
-    };
-    super::record::record_profile(&args, verbose).await
-}
-
 /// Draws the flamegraph(s).
 pub async fn flamegraph(args: &FlamegraphArgs, verbose: u8) -> anyhow::Result<()> {
-    type_mask(&args.types)?;
-    let types = args.types.iter().filter_map(|t| parse_type(t)).collect();
+    let live_only = args.session.live_only_changes();
+    if args.duration.is_none() && !live_only.is_empty() {
+        return Err(
+            UsageError(format!("{} only apply when recording live (--duration SECS)", live_only.join(", "))).into()
+        );
+    }
     let fold = FoldOptions {
         metric: args.metric,
         lock_root: args.lock_root,
         offsets: args.offsets,
-        lock: args.lock.clone(),
-        types,
+        query: Query { lock: args.lock.clone(), types: args.session.types.clone(), ..Query::default() },
     };
     let out = match (&args.output, &args.folded) {
         (None, None) => Some(PathBuf::from(if args.diff.is_some() { "lockprof-diff.svg" } else { "lockprof.svg" })),
@@ -84,9 +74,10 @@ pub async fn flamegraph(args: &FlamegraphArgs, verbose: u8) -> anyhow::Result<()
 
     let profile = match (&args.input, args.duration) {
         (Some(i), _) => load(i)?,
-        (None, Some(d)) if d.is_finite() && d > 0.0 => live(d, &args.types, verbose).await?,
         (None, Some(d)) => {
-            return Err(UsageError(format!("--duration must be a positive number of seconds, not {d}")).into());
+            let mut opts = SessionOptions::try_from(&args.session)?;
+            opts.ebpf_logs = verbose > 0;
+            super::record::record_profile(opts, Some(d), None).await?
         }
         (None, None) => {
             return Err(UsageError("give --input FILE, --duration SECS or --diff BEFORE AFTER".into()).into());

@@ -1,44 +1,22 @@
 //! The subcommands, each a function from parsed arguments to an outcome.
 
-mod bench;
 mod doctor;
 mod flamegraph;
 mod record;
 mod report;
-mod selftest;
 mod stress;
 mod top;
-mod yield_check;
 
-pub use bench::bench;
-pub use doctor::doctor;
+pub use doctor::{doctor, render_doctor};
 pub use flamegraph::flamegraph;
 pub use record::record;
 pub use report::report;
-pub use selftest::selftest;
 pub use stress::stress;
 pub use top::top;
 
 use std::io::Write;
 
-use crate::{cli::ViewArgs, report::ReportOptions};
-
-/// Bad input from the user: exit status 2, nothing attached.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-pub(crate) fn report_options(v: &ViewArgs) -> ReportOptions {
-    ReportOptions {
-        format: v.format,
-        by: v.by,
-        sort: v.sort,
-        top: v.top,
-        callers_per_lock: v.callers,
-        separator: v.separator,
-        lock: v.lock.clone(),
-    }
-}
+pub use crate::cli::UsageError;
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print_stdout(s: &str) -> std::io::Result<()> {

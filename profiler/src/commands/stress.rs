@@ -7,15 +7,8 @@ use std::{
 
 use crate::{cli::StressArgs, workload};
 
-use super::UsageError;
-
 /// Runs the scenario and prints its throughput.
 pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
-    if !(args.duration.is_finite() && args.duration > 0.0) {
-        return Err(
-            UsageError(format!("--duration must be a positive number of seconds, not {}", args.duration)).into()
-        );
-    }
     let stop = Arc::new(AtomicBool::new(false));
     let out = workload::run(args.workload, args.threads, Duration::from_secs_f64(args.duration), stop)?;
     println!(

@@ -1,11 +1,12 @@
 //! What this kernel supports, tried for real (`lockprof doctor`).
 
-use aya::{Btf, Ebpf, EbpfLoader};
+use aya::Btf;
 use serde::Serialize;
 
 use super::{
-    Privileges, TraceFs, check_privileges,
-    probes::{ProbeKind, attach_releases, attach_yield, yield_hint},
+    BackendChoice, LoadOptions, Privileges, Probes, TraceFs, check_privileges,
+    object::fresh_object,
+    probes::{Attached, ProbeKind, attach_releases, attach_yield},
 };
 use crate::symbols::Kallsyms;
 
@@ -129,9 +130,9 @@ fn check_kallsyms() -> (KallsymsFacts, Option<Kallsyms>) {
     }
 }
 
-fn try_wait_backend(backend: super::BackendChoice) -> (bool, String) {
-    let opts = super::LoadOptions { backend, holds: false, yield_to: false, ..Default::default() };
-    match super::Probes::load(&opts) {
+fn try_wait_backend(backend: BackendChoice) -> (bool, String) {
+    let opts = LoadOptions { backend, holds: false, yield_to: false, ..Default::default() };
+    match Probes::load(&opts) {
         Ok(mut p) => {
             let mut detail = "loaded and attached, then detached".to_string();
             if !p.notes().is_empty() {
@@ -140,48 +141,34 @@ fn try_wait_backend(backend: super::BackendChoice) -> (bool, String) {
             p.detach();
             (true, detail)
         }
+        Err(super::LoadError::NoBackend(tried)) => {
+            (false, tried.iter().map(|(b, e)| format!("{b}: {e}")).collect::<Vec<_>>().join("; "))
+        }
         Err(e) => (false, e.to_string()),
     }
 }
 
-/// A fresh copy of the object with the kernel's BTF, for one probe check
-/// (dropping it detaches and unloads what the check attached).
-fn fresh_object() -> Result<(Ebpf, Option<Btf>), String> {
-    let ebpf = EbpfLoader::new()
-        .allow_unsupported_maps()
-        .load(super::object_bytes())
-        .map_err(|e| format!("loading the object: {e}"))?;
-    Ok((ebpf, Btf::from_sys_fs().ok()))
-}
-
-/// Attaches the release probes of one kind, reporting function by function.
-fn try_holds(kind: ProbeKind) -> (bool, String) {
-    let (mut ebpf, btf) = match fresh_object() {
+/// Attaches one kind of probes on a fresh copy of the object (dropped,
+/// hence detached, afterwards), reporting function by function.
+fn try_probes(
+    kind: ProbeKind,
+    attach: fn(&mut aya::Ebpf, ProbeKind, Option<&Btf>) -> Attached,
+    what: &str,
+) -> (bool, String) {
+    let mut ebpf = match fresh_object() {
         Ok(o) => o,
         Err(e) => return (false, e),
     };
-    let a = attach_releases(&mut ebpf, kind, btf.as_ref());
+    let a = attach(&mut ebpf, kind, Btf::from_sys_fs().ok().as_ref());
     let mut parts = Vec::new();
     if !a.ok.is_empty() {
-        parts.push(format!("releases seen through {}", a.ok.join(", ")));
+        parts.push(format!("{what} {}", a.ok.join(", ")));
     }
     if !a.failed.is_empty() {
         let names: Vec<&str> = a.failed.iter().map(|(f, _)| *f).collect();
         parts.push(format!("not probed: {} ({})", names.join(", "), a.summary(kind)));
     }
     (!a.ok.is_empty(), parts.join("; "))
-}
-
-/// Attaches the yield_to probes of one kind.
-fn try_yield(kind: ProbeKind) -> (bool, String) {
-    let (mut ebpf, btf) = match fresh_object() {
-        Ok(o) => o,
-        Err(e) => return (false, e),
-    };
-    match attach_yield(&mut ebpf, kind, btf.as_ref()) {
-        Ok(()) => (true, "yield_to entry and return probed, then detached".to_string()),
-        Err(e) => (false, yield_hint(kind, &e)),
-    }
 }
 
 /// Runs every check.
@@ -194,21 +181,15 @@ pub fn run() -> Doctor {
     let mut holds = Vec::new();
     let mut yields = Vec::new();
     if privs.can_trace() {
-        for (name, (ok, detail)) in [
-            ("tp_btf", try_wait_backend(super::BackendChoice::TpBtf)),
-            ("tracepoint", try_wait_backend(super::BackendChoice::Tracepoint)),
-            ("fentry", try_wait_backend(super::BackendChoice::Fentry)),
-            ("kprobe", try_wait_backend(super::BackendChoice::Kprobe)),
-        ] {
-            backends.push(BackendCheck { name, available: ok, detail });
+        for choice in &BackendChoice::ALL[1..] {
+            let (ok, detail) = try_wait_backend(*choice);
+            backends.push(BackendCheck { name: choice.name(), available: ok, detail });
         }
-        for (name, (ok, detail)) in [("fentry", try_holds(ProbeKind::Fentry)), ("kprobe", try_holds(ProbeKind::Kprobe))]
-        {
-            holds.push(BackendCheck { name, available: ok, detail });
-        }
-        for (name, (ok, detail)) in [("fentry", try_yield(ProbeKind::Fentry)), ("kprobe", try_yield(ProbeKind::Kprobe))]
-        {
-            yields.push(BackendCheck { name, available: ok, detail });
+        for kind in ProbeKind::ALL {
+            let (ok, detail) = try_probes(kind, attach_releases, "releases seen through");
+            holds.push(BackendCheck { name: kind.name(), available: ok, detail });
+            let (ok, detail) = try_probes(kind, attach_yield, "probed:");
+            yields.push(BackendCheck { name: kind.name(), available: ok, detail });
         }
     } else {
         let why = privs.missing().unwrap_or_default();

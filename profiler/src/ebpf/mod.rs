@@ -1,26 +1,31 @@
-//! Loading, attaching and probing lockprof's eBPF programs.
+//! Loading, attaching and probing lockprof's eBPF programs, in phases like
+//! perf's `bpf_lock_contention.c`: [`object`] prepares the object (globals,
+//! map sizes), [`load`] attaches what the kernel allows (holds, yield_to,
+//! then a wait backend, tried in order), [`maps`] owns the maps userspace
+//! services while recording, [`features`] tries everything for `doctor`.
 
-mod aggregates;
+mod backend;
 pub mod btf;
 mod caps;
-mod counters;
 pub mod features;
+#[cfg(feature = "bench")]
+mod floor;
 mod load;
-mod pending;
+pub mod maps;
+mod object;
 pub mod probes;
 mod tracefs;
 
-pub use aggregates::{AggMaps, FLIP_GRACE, merge_cpus};
+pub use backend::{BackendChoice, WaitBackend};
 pub use caps::{Privileges, check_privileges};
-pub use counters::{KernelCounters, recursion_misses};
-pub use load::{BackendChoice, FloorProbes, KernelStacks, LoadError, LoadOptions, Probes, WaitBackend};
-pub use pending::PendingMaps;
+#[cfg(feature = "bench")]
+pub use floor::FloorProbes;
+pub use load::{LoadError, Probes};
+pub use maps::{
+    AggMaps, CounterValues, FLIP_GRACE, KernelCounters, KernelStacks, PendingMaps, merge_cpus, recursion_misses,
+};
+pub use object::{LoadOptions, object_bytes};
 pub use tracefs::{TraceFs, TracefsError};
-
-/// The eBPF object built by build.rs, embedded at compile time.
-pub(crate) fn object_bytes() -> &'static [u8] {
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"))
-}
 
 /// An error with its sources, `outer: inner: innermost` (aya's messages often
 /// keep the kernel's answer in the source).

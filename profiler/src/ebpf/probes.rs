@@ -1,11 +1,13 @@
-//! kprobe/kretprobe and fentry/fexit attachment: the slowpath wait backends
-//! and the release-function hold backends. Each function that fails to
-//! attach (renamed, inlined, not traceable) degrades only itself, with a note.
+//! kprobe/kretprobe and fentry/fexit attachment: the slowpath wait backends,
+//! the release-function hold backends and `yield_to`. Each function that
+//! fails to attach (renamed, inlined, not traceable) degrades only itself,
+//! with a note.
 
 use aya::{
     Btf, Ebpf,
     programs::{FEntry, FExit, KProbe, Program, ProgramError},
 };
+use profiler_common::names::prog;
 
 use super::error_chain;
 
@@ -27,68 +29,68 @@ pub struct WaitTarget {
 pub const WAIT_TARGETS: &[WaitTarget] = &[
     WaitTarget {
         func: "__mutex_lock_slowpath",
-        kprobe: "kp_mutex",
-        fentry: "fe_mutex",
-        fexit: "fx_mutex",
+        kprobe: prog::KP_MUTEX,
+        fentry: prog::FE_MUTEX,
+        fexit: prog::FX_MUTEX,
         spinning: false,
     },
     WaitTarget {
         func: "__mutex_lock_killable_slowpath",
-        kprobe: "kp_mutex",
-        fentry: "fe_mutex_killable",
-        fexit: "fx_mutex_killable",
+        kprobe: prog::KP_MUTEX,
+        fentry: prog::FE_MUTEX_KILLABLE,
+        fexit: prog::FX_MUTEX_KILLABLE,
         spinning: false,
     },
     WaitTarget {
         func: "__mutex_lock_interruptible_slowpath",
-        kprobe: "kp_mutex",
-        fentry: "fe_mutex_interruptible",
-        fexit: "fx_mutex_interruptible",
+        kprobe: prog::KP_MUTEX,
+        fentry: prog::FE_MUTEX_INTERRUPTIBLE,
+        fexit: prog::FX_MUTEX_INTERRUPTIBLE,
         spinning: false,
     },
     WaitTarget {
         func: "rwsem_down_read_slowpath",
-        kprobe: "kp_rwsem_read",
-        fentry: "fe_rwsem_read",
-        fexit: "fx_rwsem_read",
+        kprobe: prog::KP_RWSEM_READ,
+        fentry: prog::FE_RWSEM_READ,
+        fexit: prog::FX_RWSEM_READ,
         spinning: false,
     },
     WaitTarget {
         func: "rwsem_down_write_slowpath",
-        kprobe: "kp_rwsem_write",
-        fentry: "fe_rwsem_write",
-        fexit: "fx_rwsem_write",
+        kprobe: prog::KP_RWSEM_WRITE,
+        fentry: prog::FE_RWSEM_WRITE,
+        fexit: prog::FX_RWSEM_WRITE,
         spinning: false,
     },
     WaitTarget {
         func: "queued_read_lock_slowpath",
-        kprobe: "kp_rwlock_read",
-        fentry: "fe_rwlock_read",
-        fexit: "fx_rwlock_read",
+        kprobe: prog::KP_RWLOCK_READ,
+        fentry: prog::FE_RWLOCK_READ,
+        fexit: prog::FX_RWLOCK_READ,
         spinning: true,
     },
     WaitTarget {
         func: "queued_write_lock_slowpath",
-        kprobe: "kp_rwlock_write",
-        fentry: "fe_rwlock_write",
-        fexit: "fx_rwlock_write",
+        kprobe: prog::KP_RWLOCK_WRITE,
+        fentry: prog::FE_RWLOCK_WRITE,
+        fexit: prog::FX_RWLOCK_WRITE,
         spinning: true,
     },
 ];
 
 /// Release functions (first argument: the lock) and their fentry programs.
 pub const RELEASE_TARGETS: &[(&str, &str)] = &[
-    ("mutex_unlock", "fr_mutex_unlock"),
-    ("up_read", "fr_up_read"),
-    ("up_write", "fr_up_write"),
-    ("_raw_read_unlock", "fr_read_unlock"),
-    ("_raw_write_unlock", "fr_write_unlock"),
-    ("_raw_read_unlock_irq", "fr_read_unlock_irq"),
-    ("_raw_write_unlock_irq", "fr_write_unlock_irq"),
-    ("_raw_read_unlock_irqrestore", "fr_read_unlock_irqrestore"),
-    ("_raw_write_unlock_irqrestore", "fr_write_unlock_irqrestore"),
-    ("_raw_read_unlock_bh", "fr_read_unlock_bh"),
-    ("_raw_write_unlock_bh", "fr_write_unlock_bh"),
+    ("mutex_unlock", prog::FR_MUTEX_UNLOCK),
+    ("up_read", prog::FR_UP_READ),
+    ("up_write", prog::FR_UP_WRITE),
+    ("_raw_read_unlock", prog::FR_READ_UNLOCK),
+    ("_raw_write_unlock", prog::FR_WRITE_UNLOCK),
+    ("_raw_read_unlock_irq", prog::FR_READ_UNLOCK_IRQ),
+    ("_raw_write_unlock_irq", prog::FR_WRITE_UNLOCK_IRQ),
+    ("_raw_read_unlock_irqrestore", prog::FR_READ_UNLOCK_IRQRESTORE),
+    ("_raw_write_unlock_irqrestore", prog::FR_WRITE_UNLOCK_IRQRESTORE),
+    ("_raw_read_unlock_bh", prog::FR_READ_UNLOCK_BH),
+    ("_raw_write_unlock_bh", prog::FR_WRITE_UNLOCK_BH),
 ];
 
 /// Which probe mechanism.
@@ -101,12 +103,31 @@ pub enum ProbeKind {
 }
 
 impl ProbeKind {
+    /// Both, in the order they are tried.
+    pub const ALL: [ProbeKind; 2] = [ProbeKind::Fentry, ProbeKind::Kprobe];
+
     /// Name, as in reports.
     pub fn name(self) -> &'static str {
         match self {
             ProbeKind::Fentry => "fentry",
             ProbeKind::Kprobe => "kprobe",
         }
+    }
+}
+
+/// Why a probe failed, in words a user can act on: (short, explained).
+pub fn hint(kind: ProbeKind, e: &str) -> (&'static str, &'static str) {
+    if e.contains("kprobe/type") {
+        ("no kprobes", "no kprobe PMU: the kernel was built without CONFIG_KPROBES")
+    } else if kind == ProbeKind::Fentry && e.contains("Operation not permitted") {
+        (
+            "BPF trampolines refused",
+            "the kernel refused a BPF trampoline: fentry/fexit need CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, and lockdown or the hypervisor may forbid them",
+        )
+    } else if e.contains("No such file or directory") || e.contains("not found") {
+        ("function not in this kernel", "the function is not in this kernel (renamed or inlined)")
+    } else {
+        ("", "")
     }
 }
 
@@ -123,13 +144,8 @@ impl Attached {
     /// One line: how many functions failed, the first error, and what it means.
     pub fn summary(&self, kind: ProbeKind) -> String {
         let Some((f, e)) = self.failed.first() else { return String::new() };
-        let hint = if e.contains("kprobe/type") {
-            " (no kprobe PMU: the kernel was built without CONFIG_KPROBES)"
-        } else if kind == ProbeKind::Fentry && e.contains("Operation not permitted") {
-            " (the kernel refused a BPF trampoline: fentry/fexit need CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, and lockdown or the hypervisor may forbid them)"
-        } else {
-            ""
-        };
+        let (_, h) = hint(kind, e);
+        let hint = if h.is_empty() { String::new() } else { format!(" ({h})") };
         let e = e.trim_end_matches(". Verifier output: ").trim_end_matches(" Verifier output:").trim_end();
         if self.failed.len() == 1 {
             format!("{f}: {e}{hint}")
@@ -137,17 +153,52 @@ impl Attached {
             format!("{} of {} functions failed; {f}: {e}{hint}", self.failed.len(), self.failed.len() + self.ok.len())
         }
     }
+
+    /// The short reason: the hint of the first failure, or its error.
+    pub fn reason(&self, kind: ProbeKind) -> String {
+        match self.failed.first() {
+            Some((_, e)) => match hint(kind, e) {
+                ("", _) => e.clone(),
+                (h, _) => h.to_string(),
+            },
+            None => String::new(),
+        }
+    }
 }
 
 /// Program `name` of the object as its concrete type.
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+pub(super) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
 where
     &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
 {
     ebpf.program_mut(name)
-        .ok_or_else(|| format!("program {name} missing"))?
+        .ok_or_else(|| format!("program {name} missing from the object"))?
         .try_into()
-        .map_err(|e: ProgramError| e.to_string())
+        .map_err(|e: ProgramError| format!("{name}: {e}"))
+}
+
+/// Detaches and unloads one program (a no-op when it was not loaded).
+pub(super) fn unload_program(p: &mut Program) {
+    let r = match p {
+        Program::BtfTracePoint(p) => p.unload(),
+        Program::TracePoint(p) => p.unload(),
+        Program::KProbe(p) => p.unload(),
+        Program::FEntry(p) => p.unload(),
+        Program::FExit(p) => p.unload(),
+        _ => Ok(()),
+    };
+    if let Err(e) = r {
+        log::debug!("unloading: {e}");
+    }
+}
+
+/// Unloads the programs named `names`.
+pub(super) fn unload_named(ebpf: &mut Ebpf, names: impl IntoIterator<Item = &'static str>) {
+    for name in names {
+        if let Some(p) = ebpf.program_mut(name) {
+            unload_program(p);
+        }
+    }
 }
 
 /// Loads kprobe program `prog` (once: one program serves several functions)
@@ -174,19 +225,21 @@ fn attach_fexit(ebpf: &mut Ebpf, prog: &str, func: &str, btf: &Btf) -> Result<()
     p.attach().map(drop).map_err(|e| format!("attaching fexit: {}", error_chain(&e)))
 }
 
+fn need_btf(btf: Option<&Btf>) -> Result<&Btf, String> {
+    btf.ok_or_else(|| "no kernel BTF (/sys/kernel/btf/vmlinux)".to_string())
+}
+
 /// Attaches the slowpath wait programs.
 pub fn attach_waits(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
     let mut out = Attached::default();
     for t in WAIT_TARGETS {
+        let ret = if t.spinning { prog::KRP_SPIN } else { prog::KRP_SLEEP };
+        // Return probe first, so that no entry is left without its return.
         let r = match kind {
-            ProbeKind::Kprobe => attach_kprobe(ebpf, t.kprobe, t.func)
-                .and_then(|()| attach_kprobe(ebpf, if t.spinning { "krp_spin" } else { "krp_sleep" }, t.func)),
-            ProbeKind::Fentry => match btf {
-                None => Err("no kernel BTF".to_string()),
-                Some(btf) => {
-                    attach_fentry(ebpf, t.fentry, t.func, btf).and_then(|()| attach_fexit(ebpf, t.fexit, t.func, btf))
-                }
-            },
+            ProbeKind::Kprobe => attach_kprobe(ebpf, ret, t.func).and_then(|()| attach_kprobe(ebpf, t.kprobe, t.func)),
+            ProbeKind::Fentry => need_btf(btf).and_then(|btf| {
+                attach_fexit(ebpf, t.fexit, t.func, btf).and_then(|()| attach_fentry(ebpf, t.fentry, t.func, btf))
+            }),
         };
         match r {
             Ok(()) => out.ok.push(t.func),
@@ -201,11 +254,8 @@ pub fn attach_releases(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> A
     let mut out = Attached::default();
     for (func, fentry) in RELEASE_TARGETS {
         let r = match kind {
-            ProbeKind::Kprobe => attach_kprobe(ebpf, "kp_release", func),
-            ProbeKind::Fentry => match btf {
-                None => Err("no kernel BTF".to_string()),
-                Some(btf) => attach_fentry(ebpf, fentry, func, btf),
-            },
+            ProbeKind::Kprobe => attach_kprobe(ebpf, prog::KP_RELEASE, func),
+            ProbeKind::Fentry => need_btf(btf).and_then(|btf| attach_fentry(ebpf, fentry, func, btf)),
         };
         match r {
             Ok(()) => out.ok.push(func),
@@ -215,36 +265,34 @@ pub fn attach_releases(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> A
     out
 }
 
+/// Programs of the release probes, of both kinds.
+pub fn release_programs() -> impl Iterator<Item = &'static str> {
+    RELEASE_TARGETS.iter().map(|(_, p)| *p).chain([prog::KP_RELEASE])
+}
+
 /// The KVM directed-yield function lockprof probes.
 pub const YIELD_FUNC: &str = "yield_to";
 
 /// Programs of the yield_to probes, by kind: (entry, return).
 pub fn yield_programs(kind: ProbeKind) -> [&'static str; 2] {
     match kind {
-        ProbeKind::Fentry => ["fe_yield_to", "fx_yield_to"],
-        ProbeKind::Kprobe => ["kp_yield_to", "krp_yield_to"],
+        ProbeKind::Fentry => [prog::FE_YIELD_TO, prog::FX_YIELD_TO],
+        ProbeKind::Kprobe => [prog::KP_YIELD_TO, prog::KRP_YIELD_TO],
     }
 }
 
 /// Attaches the yield_to entry and return programs of one kind (return first,
 /// so no entry is left without its return).
-pub fn attach_yield(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Result<(), String> {
+pub fn attach_yield(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
     let [entry, ret] = yield_programs(kind);
-    match kind {
-        ProbeKind::Kprobe => {
-            attach_kprobe(ebpf, ret, YIELD_FUNC)?;
-            attach_kprobe(ebpf, entry, YIELD_FUNC)
-        }
-        ProbeKind::Fentry => {
-            let btf = btf.ok_or_else(|| "no kernel BTF".to_string())?;
-            attach_fexit(ebpf, ret, YIELD_FUNC, btf)?;
-            attach_fentry(ebpf, entry, YIELD_FUNC, btf)
-        }
+    let r = match kind {
+        ProbeKind::Kprobe => attach_kprobe(ebpf, ret, YIELD_FUNC).and_then(|()| attach_kprobe(ebpf, entry, YIELD_FUNC)),
+        ProbeKind::Fentry => need_btf(btf).and_then(|btf| {
+            attach_fexit(ebpf, ret, YIELD_FUNC, btf).and_then(|()| attach_fentry(ebpf, entry, YIELD_FUNC, btf))
+        }),
+    };
+    match r {
+        Ok(()) => Attached { ok: vec![YIELD_FUNC], failed: Vec::new() },
+        Err(e) => Attached { ok: Vec::new(), failed: vec![(YIELD_FUNC, e)] },
     }
-}
-
-/// What [`attach_yield`]'s error means, for messages.
-pub fn yield_hint(kind: ProbeKind, e: &str) -> String {
-    let a = Attached { ok: Vec::new(), failed: vec![(YIELD_FUNC, e.to_string())] };
-    a.summary(kind)
 }

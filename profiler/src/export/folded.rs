@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use profiler_common::LockType;
-
 use super::ExportError;
-use crate::model::{CallerProfile, LockProfile, Profile, type_label};
+use crate::{
+    model::{CallerProfile, LockProfile, Profile, type_label},
+    query::Query,
+};
 
 /// What a frame's width means.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum Metric {
     /// Total wait time, ns.
     #[default]
@@ -22,6 +23,19 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// Every metric.
+    pub const ALL: [Metric; 4] = [Metric::Wait, Metric::Hold, Metric::Count, Metric::Yield];
+
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Wait => "wait",
+            Metric::Hold => "hold",
+            Metric::Count => "count",
+            Metric::Yield => "yield",
+        }
+    }
+
     /// Unit of the weights.
     pub fn unit(self) -> &'static str {
         match self {
@@ -50,19 +64,8 @@ pub struct FoldOptions {
     pub lock_root: bool,
     /// Keep `+0xoff` on frames (default: function names only, so call sites merge).
     pub offsets: bool,
-    /// Only locks whose name, class or address matches.
-    pub lock: Option<String>,
-    /// Only these lock types (empty: all).
-    pub types: Vec<LockType>,
-}
-
-/// Whether `l` matches a `--lock` filter: its name, class or hex address.
-pub fn lock_matches(l: &LockProfile, filter: &str) -> bool {
-    let f = filter.trim();
-    if let Some(hex) = f.strip_prefix("0x").or_else(|| f.strip_prefix("0X")) {
-        return u64::from_str_radix(hex, 16).is_ok_and(|a| a == l.addr);
-    }
-    l.name.as_deref() == Some(f) || l.class == f
+    /// Which locks (`lock` and `types`; sort and top do not apply).
+    pub query: Query,
 }
 
 fn clean(frame: &str, offsets: bool) -> String {
@@ -126,14 +129,11 @@ pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportE
         ));
     }
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
-    for l in &p.locks {
-        if o.lock.as_deref().is_some_and(|f| !lock_matches(l, f)) {
-            continue;
-        }
-        if !o.types.is_empty() && !o.types.contains(&l.lock_type) {
-            continue;
-        }
-        let lock_frame = clean(&format!("{} [{}]", l.display_name(), type_label(l.lock_type, l.mode)), true);
+    let labels = p.labels();
+    let which = Query { lock: o.query.lock.clone(), types: o.query.types.clone(), ..Query::default() };
+    for l in which.locks(p) {
+        let label = labels.get(&l.addr).map_or(l.display_name(), String::as_str);
+        let lock_frame = clean(&format!("{label} [{}]", type_label(l.lock_type, l.mode)), true);
         for c in &l.callers {
             let w = weight(l, c, o.metric)?;
             if w == 0 {
@@ -185,15 +185,25 @@ mod tests {
     #[test]
     fn lock_root_offsets_and_filters() {
         let p = fixture::profile();
-        let o =
-            FoldOptions { lock_root: true, offsets: true, lock: Some("tasklist_lock".into()), ..Default::default() };
+        let o = FoldOptions {
+            lock_root: true,
+            offsets: true,
+            query: Query { lock: Some("tasklist_lock".into()), ..Default::default() },
+            ..Default::default()
+        };
         let lines = folded_lines(&p, &o).expect("fold");
         assert_eq!(lines.len(), 2);
         assert!(lines.iter().all(|l| l.starts_with("tasklist_lock [rwlock:W];")), "{lines:?}");
         assert!(lines.iter().any(|l| l.contains("copy_process+0x6f1")));
-        let by_addr = FoldOptions { lock: Some("0xffff888004a1b2c0".into()), ..Default::default() };
+        let by_addr = FoldOptions {
+            query: Query { lock: Some("0xffff888004a1b2c0".into()), ..Default::default() },
+            ..Default::default()
+        };
         assert_eq!(folded_lines(&p, &by_addr).expect("fold").len(), 1);
-        let by_type = FoldOptions { types: vec![LockType::Mutex], ..Default::default() };
+        let by_type = FoldOptions {
+            query: Query { types: vec![profiler_common::LockType::Mutex], ..Default::default() },
+            ..Default::default()
+        };
         assert!(folded_lines(&p, &by_type).expect("fold").iter().all(|l| l.contains("[mutex]")));
     }
 
@@ -218,6 +228,19 @@ mod tests {
         let err = folded_lines(&fixture::profile(), &FoldOptions { metric: Metric::Yield, ..Default::default() })
             .expect_err("no yield data");
         assert!(err.to_string().contains("yield_to cannot be probed"), "{err}");
+    }
+
+    #[test]
+    fn distinct_locks_with_one_name_stay_apart() {
+        let mut p = fixture::profile();
+        let mut second = p.locks[1].clone();
+        second.addr += 0x1000;
+        p.locks.push(second);
+        let lines = folded_lines(&p, &FoldOptions::default()).expect("fold");
+        let pipes: Vec<&String> = lines.iter().filter(|l| l.contains("[mutex]")).collect();
+        assert_eq!(pipes.len(), 2, "{lines:?}");
+        assert!(pipes.iter().any(|l| l.contains(";mutex @ anon_pipe_write #a1b2c0 [mutex]")), "{lines:?}");
+        assert!(pipes.iter().any(|l| l.contains(";mutex @ anon_pipe_write #a1c2c0 [mutex]")), "{lines:?}");
     }
 
     #[test]

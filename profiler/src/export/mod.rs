@@ -4,7 +4,7 @@ mod folded;
 mod pprof;
 mod svg;
 
-pub use folded::{FoldOptions, Metric, folded_lines, lock_matches};
+pub use folded::{FoldOptions, Metric, folded_lines};
 pub use pprof::{encode_pprof, pprof_profile, proto};
 pub use svg::{SvgOptions, diff_svg, svg};
 

@@ -167,4 +167,60 @@ impl Profile {
     pub fn contended(&self) -> u64 {
         self.locks.iter().map(|l| l.wait.count()).sum()
     }
+
+    /// A label per lock address that tells distinct locks apart: the display
+    /// name, with `#<hex>` (the shortest distinct tail of the address, at
+    /// least 6 digits) appended where locks at different addresses share a
+    /// display name (three pipes' mutexes, say). The read and write rows of
+    /// one lock share its label.
+    pub fn labels(&self) -> BTreeMap<u64, String> {
+        let mut addrs_of: BTreeMap<&str, std::collections::BTreeSet<u64>> = BTreeMap::new();
+        for l in self.locks.iter().filter(|l| l.addr != 0) {
+            addrs_of.entry(l.display_name()).or_default().insert(l.addr);
+        }
+        let mut out = BTreeMap::new();
+        for (name, addrs) in addrs_of {
+            if addrs.len() == 1 {
+                out.extend(addrs.into_iter().map(|a| (a, name.to_string())));
+                continue;
+            }
+            let hex: Vec<String> = addrs.iter().map(|a| format!("{a:x}")).collect();
+            let distinct = |n: usize| {
+                let tails: std::collections::BTreeSet<&str> =
+                    hex.iter().map(|h| &h[h.len().saturating_sub(n)..]).collect();
+                tails.len() == hex.len()
+            };
+            let n = (6..=16).find(|&n| distinct(n)).unwrap_or(16);
+            for (a, h) in addrs.iter().zip(&hex) {
+                out.insert(*a, format!("{name} #{}", &h[h.len().saturating_sub(n)..]));
+            }
+        }
+        for l in self.locks.iter().filter(|l| l.addr == 0) {
+            out.insert(0, l.display_name().to_string());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::report::fixture;
+
+    #[test]
+    fn labels_tell_same_named_locks_apart() {
+        let mut p = fixture::profile();
+        let labels = p.labels();
+        assert_eq!(labels[&0xffffffff82a00000], "tasklist_lock", "a unique name stays as it is");
+        for tail in [0x1000u64, 0x1_0000_0000] {
+            let mut twin = p.locks[1].clone();
+            twin.addr += tail;
+            p.locks.push(twin);
+        }
+        let labels = p.labels();
+        let pipes: Vec<&String> = labels.values().filter(|l| l.starts_with("mutex @ anon_pipe_write #")).collect();
+        assert_eq!(pipes.len(), 3, "{labels:?}");
+        let set: std::collections::BTreeSet<&&String> = pipes.iter().collect();
+        assert_eq!(set.len(), 3, "three distinct labels: {labels:?}");
+        assert!(labels.values().any(|l| l.ends_with("#104a1b2c0")), "tails grow until distinct: {labels:?}");
+    }
 }

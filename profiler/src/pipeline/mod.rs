@@ -1,11 +1,13 @@
-//! The userspace pipeline: ring buffer reader -> bounded channel ->
-//! aggregator -> periodic snapshots -> symbolized profile.
+//! The userspace pipeline, one straight path: ring buffer [`reader`] ->
+//! typed [`record::Record`]s -> bounded channel -> [`aggregator`] (owns its
+//! loop, publishes cheap snapshots) -> [`profile::ProfileBuilder`]
+//! (symbolizes each stack once) -> the resolved profile every face reads.
 
 pub mod aggregator;
+pub mod profile;
 pub mod reader;
-mod session;
-pub mod snapshot;
+pub mod record;
 
-pub use aggregator::{Aggregator, Limits, LockKey, Snapshot};
-pub use session::{Control, Session, SessionError, SessionOptions};
-pub use snapshot::to_profile;
+pub use aggregator::{Aggregator, Control, Limits, LockKey, Msg, Snapshot};
+pub use profile::{ProfileBuilder, to_profile};
+pub use record::Record;

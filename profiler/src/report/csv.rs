@@ -1,6 +1,6 @@
 //! CSV output, one row per lock, caller or task, header first (like perf's `-x`).
 
-use super::{By, ReportOptions, sorted_callers, sorted_locks, sorted_tasks, sorted_yield_callers, sorted_yield_pairs};
+use super::{By, ReportOptions};
 use crate::model::{Profile, Stats, YieldStats, mode_name, type_name};
 
 fn field(s: &str, sep: char) -> String {
@@ -42,7 +42,7 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
             h.extend(STAT_HEADER.map(String::from));
             h.extend(["hold_total_ns", "hold_max_ns", "hold_avg_ns"].map(String::from));
             rows.push(h);
-            for l in sorted_locks(p, opts) {
+            for l in opts.query.locks(p) {
                 let mut r = vec![
                     l.name.clone().unwrap_or_default(),
                     l.name_source.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default(),
@@ -61,7 +61,7 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
             h.extend(STAT_HEADER.map(String::from));
             h.extend(["hold_total_ns", "hold_max_ns", "hold_avg_ns"].map(String::from));
             rows.push(h);
-            for (l, c) in sorted_callers(p, opts) {
+            for (l, c) in opts.query.callers(p) {
                 let mut r = vec![
                     l.display_name().to_string(),
                     format!("{:#x}", l.addr),
@@ -79,7 +79,7 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
             let mut h: Vec<String> = ["tid", "pid", "comm"].map(String::from).to_vec();
             h.extend(STAT_HEADER.map(String::from));
             rows.push(h);
-            for t in sorted_tasks(p, opts) {
+            for t in opts.query.tasks(p) {
                 let mut r = vec![t.tid.to_string(), t.tgid.to_string(), t.comm.clone()];
                 r.extend(stats(&t.wait));
                 rows.push(r);
@@ -89,7 +89,7 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
             let mut h: Vec<String> = ["caller", "path", "stack"].map(String::from).to_vec();
             h.extend(YIELD_HEADER.map(String::from));
             rows.push(h);
-            for c in p.yield_to.iter().flat_map(|y| sorted_yield_callers(y, opts)) {
+            for c in opts.query.yield_callers(p) {
                 let mut r = vec![c.caller.clone(), c.path.clone(), c.stack.join(";")];
                 r.extend(yield_stats(&c.stats));
                 rows.push(r);
@@ -100,7 +100,7 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                 ["tid", "pid", "comm", "target_tid", "target_pid", "target_comm"].map(String::from).to_vec();
             h.extend(YIELD_HEADER.map(String::from));
             rows.push(h);
-            for pr in p.yield_to.iter().flat_map(|y| sorted_yield_pairs(y, opts)) {
+            for pr in opts.query.yield_pairs(p) {
                 let mut r = vec![
                     pr.tid.to_string(),
                     pr.pid.to_string(),

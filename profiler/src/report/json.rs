@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{ReportOptions, sorted_locks, sorted_tasks, sorted_yield_callers, sorted_yield_pairs};
+use super::ReportOptions;
 use crate::model::{Profile, Stats, YieldStats, mode_name, type_name};
 
 /// Schema identifier carried in every JSON report.
@@ -42,9 +42,9 @@ fn yield_json(p: &Profile, opts: &ReportOptions) -> Value {
     obj.insert("available".into(), json!(p.meta.yield_backend.is_some()));
     obj.insert("backend".into(), json!(p.meta.yield_backend));
     obj.insert("unavailable_reason".into(), json!(p.meta.yield_unavailable));
-    let callers: Vec<Value> = y
-        .map(|y| sorted_yield_callers(y, opts))
-        .unwrap_or_default()
+    let callers: Vec<Value> = opts
+        .query
+        .yield_callers(p)
         .into_iter()
         .map(|c| {
             let mut m = yield_fields(&c.stats);
@@ -54,9 +54,9 @@ fn yield_json(p: &Profile, opts: &ReportOptions) -> Value {
             Value::Object(m)
         })
         .collect();
-    let pairs: Vec<Value> = y
-        .map(|y| sorted_yield_pairs(y, opts))
-        .unwrap_or_default()
+    let pairs: Vec<Value> = opts
+        .query
+        .yield_pairs(p)
         .into_iter()
         .map(|pr| {
             let mut m = yield_fields(&pr.stats);
@@ -87,7 +87,9 @@ fn yield_json(p: &Profile, opts: &ReportOptions) -> Value {
 
 /// The report as a JSON value.
 pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
-    let locks: Vec<Value> = sorted_locks(p, opts)
+    let locks: Vec<Value> = opts
+        .query
+        .locks(p)
         .into_iter()
         .map(|l| {
             let (ht, hm, ha, hp) = hold_fields(l.hold.as_ref());
@@ -128,7 +130,9 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
             })
         })
         .collect();
-    let tasks: Vec<Value> = sorted_tasks(p, opts)
+    let tasks: Vec<Value> = opts
+        .query
+        .tasks(p)
         .into_iter()
         .map(|t| {
             json!({

@@ -1,21 +1,20 @@
-//! Renderers: pure functions from a [`Profile`] to text, JSON or CSV.
+//! Renderers: pure functions from a [`Profile`] to text, JSON or CSV. Which
+//! rows and in which order comes from [`crate::query`].
 
 mod csv;
 mod json;
 mod text;
 mod units;
 
-use clap::ValueEnum;
-
 pub use csv::render_csv;
 pub use json::{render_json, to_json};
 pub use text::render_text;
 pub use units::{fmt_count, fmt_ns};
 
-use crate::model::{LockProfile, Profile, Stats, YieldCaller, YieldPair, YieldProfile};
+use crate::{model::Profile, query::Query};
 
 /// Output format of a report.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum Format {
     /// Human-readable table, like `perf lock contention`.
     #[default]
@@ -28,8 +27,23 @@ pub enum Format {
     Pprof,
 }
 
+impl Format {
+    /// Every format.
+    pub const ALL: [Format; 4] = [Format::Text, Format::Json, Format::Csv, Format::Pprof];
+
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Csv => "csv",
+            Format::Pprof => "pprof",
+        }
+    }
+}
+
 /// Rows of a report.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum By {
     /// One row per lock, top callers nested under it.
     #[default]
@@ -39,39 +53,23 @@ pub enum By {
     /// One row per waiting thread.
     Task,
     /// KVM directed yield: one row per `yield_to` caller stack.
-    #[value(name = "yield_caller")]
     YieldCaller,
     /// KVM directed yield: one row per (yielding thread, target task).
-    #[value(name = "yield_pair")]
     YieldPair,
 }
 
-/// Sort key, descending.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
-#[value(rename_all = "snake_case")]
-pub enum SortKey {
-    /// Number of contentions.
-    Contended,
-    /// Total wait time.
-    #[default]
-    WaitTotal,
-    /// Longest wait.
-    WaitMax,
-    /// Mean wait.
-    WaitAvg,
-    /// 99th percentile wait.
-    WaitP99,
-}
+impl By {
+    /// Every grouping.
+    pub const ALL: [By; 5] = [By::Lock, By::Caller, By::Task, By::YieldCaller, By::YieldPair];
 
-impl SortKey {
-    /// The sort value of a set of statistics.
-    pub fn value(self, s: &Stats) -> u64 {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
         match self {
-            SortKey::Contended => s.count(),
-            SortKey::WaitTotal => s.total_ns(),
-            SortKey::WaitMax => s.max_ns(),
-            SortKey::WaitAvg => s.avg_ns(),
-            SortKey::WaitP99 => s.quantile_ns(0.99),
+            By::Lock => "lock",
+            By::Caller => "caller",
+            By::Task => "task",
+            By::YieldCaller => "yield_caller",
+            By::YieldPair => "yield_pair",
         }
     }
 }
@@ -83,16 +81,12 @@ pub struct ReportOptions {
     pub format: Format,
     /// Row grouping.
     pub by: By,
-    /// Sort key.
-    pub sort: SortKey,
-    /// Keep only the first N rows.
-    pub top: Option<usize>,
+    /// Filters, sort key and top-N.
+    pub query: Query,
     /// Callers shown under each lock in the text report.
     pub callers_per_lock: usize,
     /// CSV field separator.
     pub separator: char,
-    /// Only locks matching this name, class or hex address (perf's `-L`).
-    pub lock: Option<String>,
 }
 
 impl Default for ReportOptions {
@@ -100,11 +94,9 @@ impl Default for ReportOptions {
         ReportOptions {
             format: Format::Text,
             by: By::Lock,
-            sort: SortKey::WaitTotal,
-            top: None,
+            query: Query::default(),
             callers_per_lock: 5,
             separator: ',',
-            lock: None,
         }
     }
 }
@@ -117,61 +109,6 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> std::io::Result<Vec<u8>> {
         Format::Csv => render_csv(p, opts).into_bytes(),
         Format::Pprof => crate::export::encode_pprof(p)?,
     })
-}
-
-fn lock_wanted(l: &LockProfile, opts: &ReportOptions) -> bool {
-    opts.lock.as_deref().is_none_or(|f| crate::export::lock_matches(l, f))
-}
-
-/// Rows sorted by the chosen key on `stats` (descending), ties broken by
-/// `tie`, cut to `--top`.
-fn sort_cut<T>(
-    mut v: Vec<T>,
-    opts: &ReportOptions,
-    stats: impl Fn(&T) -> &Stats,
-    tie: impl Fn(&T, &T) -> std::cmp::Ordering,
-) -> Vec<T> {
-    v.sort_by(|a, b| opts.sort.value(stats(b)).cmp(&opts.sort.value(stats(a))).then_with(|| tie(a, b)));
-    if let Some(n) = opts.top {
-        v.truncate(n);
-    }
-    v
-}
-
-/// Locks sorted by the chosen key (stable tie-break on address), cut to `top`.
-pub(crate) fn sorted_locks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a LockProfile> {
-    let v = p.locks.iter().filter(|l| lock_wanted(l, opts)).collect();
-    sort_cut(v, opts, |l| &l.wait, |a, b| a.addr.cmp(&b.addr).then(a.mode.cmp(&b.mode)))
-}
-
-/// (lock, caller index) rows for `--by caller`, sorted and cut.
-pub(crate) fn sorted_callers<'a>(
-    p: &'a Profile,
-    opts: &ReportOptions,
-) -> Vec<(&'a LockProfile, &'a crate::model::CallerProfile)> {
-    let v =
-        p.locks.iter().filter(|l| lock_wanted(l, opts)).flat_map(|l| l.callers.iter().map(move |c| (l, c))).collect();
-    sort_cut(v, opts, |(_, c)| &c.wait, |a, b| a.0.addr.cmp(&b.0.addr).then(a.1.caller.cmp(&b.1.caller)))
-}
-
-/// yield_to callers sorted by the chosen key (on latency; `contended` = calls) and cut.
-pub(crate) fn sorted_yield_callers<'a>(y: &'a YieldProfile, opts: &ReportOptions) -> Vec<&'a YieldCaller> {
-    sort_cut(y.callers.iter().collect(), opts, |c| &c.stats.latency, |a, b| a.path.cmp(&b.path))
-}
-
-/// yield_to pairs sorted and cut.
-pub(crate) fn sorted_yield_pairs<'a>(y: &'a YieldProfile, opts: &ReportOptions) -> Vec<&'a YieldPair> {
-    sort_cut(
-        y.pairs.iter().collect(),
-        opts,
-        |p| &p.stats.latency,
-        |a, b| a.tid.cmp(&b.tid).then(a.target_tid.cmp(&b.target_tid)),
-    )
-}
-
-/// Tasks sorted and cut.
-pub(crate) fn sorted_tasks<'a>(p: &'a Profile, opts: &ReportOptions) -> Vec<&'a crate::model::TaskProfile> {
-    sort_cut(p.tasks.iter().collect(), opts, |t| &t.wait, |a, b| a.tid.cmp(&b.tid))
 }
 
 #[cfg(test)]

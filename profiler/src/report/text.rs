@@ -2,9 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    By, ReportOptions, fmt_ns, sorted_callers, sorted_locks, sorted_tasks, sorted_yield_callers, sorted_yield_pairs,
-};
+use super::{By, ReportOptions, fmt_ns};
 use crate::model::{LockProfile, NameSource, Profile, Stats, YieldProfile, YieldStats, type_label};
 
 fn stat_cols(s: &Stats) -> String {
@@ -53,13 +51,13 @@ fn header(p: &Profile, out: &mut String) {
         let _ = writeln!(out, "filters: {}", m.filters.join(" "));
     }
     if let Some(why) = &m.hold_unavailable {
-        let _ = writeln!(out, "hold times: not available ({why})");
+        let _ = writeln!(out, "hold times: not available: {why}; `lockprof doctor` explains");
     }
     if let Some(b) = &m.hold_backend {
         let _ = writeln!(out, "hold times: measured with {b} on the release functions (contended acquisitions only)");
     }
     if let Some(why) = &m.yield_unavailable {
-        let _ = writeln!(out, "yield_to: not profiled ({why})");
+        let _ = writeln!(out, "yield_to: not profiled: {why}; `lockprof doctor` explains");
     }
     for n in &m.notes {
         let _ = writeln!(out, "note: {n}");
@@ -100,7 +98,7 @@ fn yields(p: &Profile, y: &YieldProfile, opts: &ReportOptions, rows: Option<usiz
         let _ = writeln!(out, "  no yield_to calls (no KVM vCPU yielded while recording)");
     } else {
         let _ = writeln!(out, "{YIELD_HEADER}  caller path");
-        let callers = sorted_yield_callers(y, opts);
+        let callers = opts.query.yield_callers(p);
         let shown = rows.unwrap_or(callers.len()).min(callers.len());
         for c in &callers[..shown] {
             let _ = writeln!(out, "{}  {}", yield_cols(&c.stats), c.path);
@@ -114,7 +112,7 @@ fn yields(p: &Profile, y: &YieldProfile, opts: &ReportOptions, rows: Option<usiz
             let _ = writeln!(out, "{:>86}(+{} more callers)", "", callers.len() - shown);
         }
         let _ = writeln!(out, "{YIELD_HEADER}  yielder -> target (tid/pid comm)");
-        let pairs = sorted_yield_pairs(y, opts);
+        let pairs = opts.query.yield_pairs(p);
         let shown = rows.unwrap_or(pairs.len()).min(pairs.len());
         for pr in &pairs[..shown] {
             let target = if pr.target_tid == 0 {
@@ -157,7 +155,7 @@ fn callers_by_frame<'a>(l: &'a LockProfile, opts: &ReportOptions) -> Vec<(&'a st
             None => merged.push((&c.caller, c.wait.clone())),
         }
     }
-    merged.sort_by(|a, b| opts.sort.value(&b.1).cmp(&opts.sort.value(&a.1)).then(a.0.cmp(b.0)));
+    merged.sort_by(|a, b| opts.query.sort.value(&b.1).cmp(&opts.query.sort.value(&a.1)).then(a.0.cmp(b.0)));
     merged
 }
 
@@ -211,7 +209,7 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
     match opts.by {
         By::Lock => {
             let _ = writeln!(out, "{HEADER}  type          name");
-            for l in sorted_locks(p, opts) {
+            for l in opts.query.locks(p) {
                 let _ =
                     writeln!(out, "{}  {:<13} {}", stat_cols(&l.wait), type_label(l.lock_type, l.mode), lock_title(l));
                 if let Some(h) = &l.hold {
@@ -230,7 +228,7 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
         }
         By::Caller => {
             let _ = writeln!(out, "{HEADER}  type          caller / lock");
-            for (l, c) in sorted_callers(p, opts) {
+            for (l, c) in opts.query.callers(p) {
                 let _ = writeln!(
                     out,
                     "{}  {:<13} {}  [{}]",
@@ -246,7 +244,7 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
         }
         By::Task => {
             let _ = writeln!(out, "{HEADER}      tid      pid  comm");
-            for t in sorted_tasks(p, opts) {
+            for t in opts.query.tasks(p) {
                 let _ = writeln!(out, "{} {:>8} {:>8}  {}", stat_cols(&t.wait), t.tid, t.tgid, t.comm);
             }
         }
@@ -257,7 +255,10 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{SortKey, fixture};
+    use crate::{
+        query::{Query, SortKey},
+        report::fixture,
+    };
 
     #[test]
     fn lock_view_golden() {
@@ -265,8 +266,8 @@ mod tests {
         let want = "\
 lockprof: 9 contentions on 2 locks in 5.00 s (backend tp_btf, aggregate mode, kernel 6.18.0-test, host testhost)
 counters: stack_failed=2
-hold times: not available (tracepoints see waits only)
-yield_to: not profiled (yield_to cannot be probed on this kernel)
+hold times: not available: tracepoints see waits only; `lockprof doctor` explains
+yield_to: not profiled: yield_to cannot be probed on this kernel; `lockprof doctor` explains
 
  contended  total wait    max wait    avg wait    p99 wait  type          name
          5      100 us     90.0 us     20.0 us     90.0 us  rwlock:W      tasklist_lock (inferred; rwlock @ copy_process) @ 0xffffffff82a00000
@@ -283,11 +284,18 @@ slowest waits:
 
     #[test]
     fn sort_and_top_pick_rows() {
-        let opts = ReportOptions { sort: SortKey::Contended, top: Some(1), ..Default::default() };
+        let opts = ReportOptions {
+            query: Query { sort: SortKey::Contended, top: Some(1), ..Default::default() },
+            ..Default::default()
+        };
         let got = render_text(&fixture::profile(), &opts);
         assert!(got.contains("tasklist_lock"));
         assert!(!got.contains("anon_pipe_write @"));
-        let opts = ReportOptions { sort: SortKey::WaitAvg, top: Some(1), by: By::Task, ..Default::default() };
+        let opts = ReportOptions {
+            query: Query { sort: SortKey::WaitAvg, top: Some(1), ..Default::default() },
+            by: By::Task,
+            ..Default::default()
+        };
         let got = render_text(&fixture::profile(), &opts);
         assert!(got.contains("forker"), "{got}");
         assert!(!got.contains("writer"), "{got}");
@@ -295,10 +303,17 @@ slowest waits:
 
     #[test]
     fn lock_filter_by_name_or_address() {
-        let opts = ReportOptions { lock: Some("tasklist_lock".into()), ..Default::default() };
+        let opts = ReportOptions {
+            query: Query { lock: Some("tasklist_lock".into()), ..Default::default() },
+            ..Default::default()
+        };
         let got = render_text(&fixture::profile(), &opts);
         assert!(got.contains("tasklist_lock (inferred") && !got.contains("mutex @ anon_pipe_write @"), "{got}");
-        let opts = ReportOptions { lock: Some("0xffff888004a1b2c0".into()), by: By::Caller, ..Default::default() };
+        let opts = ReportOptions {
+            query: Query { lock: Some("0xffff888004a1b2c0".into()), ..Default::default() },
+            by: By::Caller,
+            ..Default::default()
+        };
         let got = render_text(&fixture::profile(), &opts);
         assert!(got.contains("anon_pipe_write+0x1c4") && !got.contains("copy_process+0x6f1"), "{got}");
     }

@@ -123,9 +123,12 @@ impl Kallsyms {
         }
     }
 
-    /// A data symbol at exactly `addr`.
+    /// A data symbol at exactly `addr`; else any symbol that starts exactly
+    /// there (a lock is never code: some kernels list data in
+    /// cacheline-aligned sections with a text type, e.g. `tasklist_lock` is
+    /// `T` in Debian's 7.3).
     pub fn data_symbol(&self, addr: u64) -> Option<&str> {
-        self.data.get(&addr).map(String::as_str)
+        self.data.get(&addr).map(String::as_str).or_else(|| self.text.get(&addr).map(|s| s.name.as_str()))
     }
 
     /// Number of data symbols (a kernel without KALLSYMS_ALL has only a few dozen).
@@ -203,6 +206,15 @@ garbage line
         assert_eq!(ks.address_of("tasklist_lock"), Some(0xffffffff82a00000));
         assert_eq!(ks.address_of("copy_process"), Some(0xffffffff8135d6d0));
         assert_eq!(ks.address_of("nope"), None);
+    }
+
+    #[test]
+    fn data_listed_with_a_text_type_is_found_at_its_exact_address() {
+        // Debian 7.3's kallsyms: `ffffffff9b606080 T tasklist_lock`.
+        let ks = Kallsyms::parse("ffffffff9b600000 T some_function\nffffffff9b606080 T tasklist_lock\n".as_bytes())
+            .expect("parse");
+        assert_eq!(ks.data_symbol(0xffffffff9b606080), Some("tasklist_lock"));
+        assert_eq!(ks.data_symbol(0xffffffff9b606088), None, "exact addresses only");
     }
 
     #[test]

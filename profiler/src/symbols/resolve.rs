@@ -1,6 +1,6 @@
 //! Turning stack ids into symbolized frames and a caller.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use super::{Kallsyms, caller::is_trace_frame, select_caller};
 
@@ -35,22 +35,33 @@ impl ResolvedStack {
     }
 }
 
+/// What a failed stack capture means, from `bpf_get_stackid`'s errno.
+fn stack_error(errno: i32) -> String {
+    match errno {
+        libc::EEXIST => "[stack not recorded: stack map hash collision (raise --stack-map-size)]".into(),
+        libc::ENOMEM | libc::E2BIG => "[stack not recorded: stack map full (raise --stack-map-size)]".into(),
+        libc::EFAULT => "[stack not recorded: the kernel could not walk it]".into(),
+        e => format!("[stack not recorded: bpf_get_stackid errno {e}]"),
+    }
+}
+
 /// How many top frames may belong to the tracing machinery.
 const TRACE_PREFIX_MAX: usize = 6;
 
 /// Stack id used for waits folded into the overflow row.
 pub const OVERFLOW_STACK: i32 = i32::MIN;
 
-/// Resolves and caches stacks.
+/// Resolves and caches stacks (stack ids are stable for a session: the
+/// kernel's stack map never reuses an id for another stack).
 pub struct Resolver<S> {
-    ks: Kallsyms,
+    ks: Arc<Kallsyms>,
     source: S,
     cache: HashMap<i32, ResolvedStack>,
 }
 
 impl<S: StackSource> Resolver<S> {
-    /// A resolver over a symbol table and a stack source.
-    pub fn new(ks: Kallsyms, source: S) -> Self {
+    /// A resolver over a (shared) symbol table and a stack source.
+    pub fn new(ks: Arc<Kallsyms>, source: S) -> Self {
         Resolver { ks, source, cache: HashMap::new() }
     }
 
@@ -77,7 +88,7 @@ impl<S: StackSource> Resolver<S> {
             return placeholder("[stack not captured: --stack-rate budget spent]".into());
         }
         if id < 0 {
-            return placeholder(format!("[stack unavailable: errno {}]", -id));
+            return placeholder(stack_error(-id));
         }
         let Some(ips) = self.source.frames(id as u32) else {
             return placeholder("[stack not found in stack map]".into());
@@ -127,7 +138,7 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
             7u32,
             vec![0xffffffffa0000010, 0xffffffff81100008, 0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004],
         )]);
-        let mut r = Resolver::new(ks, stacks);
+        let mut r = Resolver::new(Arc::new(ks), stacks);
         let s = r.stack(7).clone();
         assert_eq!(s.frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
         assert_eq!(s.caller, "anon_pipe_write+0x10");
@@ -142,14 +153,15 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
             1u32,
             vec![0xffffffffc0026ac5, 0xffffffff81100008, 0xffffffff81200010, 0xffffffff816e4c50],
         )]);
-        let mut r = Resolver::new(ks, stacks);
+        let mut r = Resolver::new(Arc::new(ks), stacks);
         assert_eq!(r.stack(1).frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10"]);
     }
 
     #[test]
     fn failures_and_missing_stacks_get_reasons() {
-        let mut r = Resolver::new(Kallsyms::default(), HashMap::new());
-        assert_eq!(r.stack(-17).caller, "[stack unavailable: errno 17]");
+        let mut r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::new());
+        assert_eq!(r.stack(-17).caller, "[stack not recorded: stack map hash collision (raise --stack-map-size)]");
+        assert_eq!(r.stack(-12).caller, "[stack not recorded: stack map full (raise --stack-map-size)]");
         assert_eq!(r.stack(3).caller, "[stack not found in stack map]");
         assert_eq!(r.stack(OVERFLOW_STACK).caller, "[other stacks: key limit reached]");
         assert!(r.stack(3).frames.is_empty());

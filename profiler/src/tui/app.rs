@@ -1,7 +1,10 @@
 //! TUI state. Changes only in [`App::apply`], [`App::on_key`] and
 //! [`App::on_profile`]; rendering (ui.rs) is a pure function of it.
 
-use std::collections::{HashMap, VecDeque};
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    sync::Arc,
+};
 
 use profiler_common::{LockMode, LockType};
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
@@ -9,7 +12,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use super::keys::{Action, action_for};
 use crate::{
     model::{CallerProfile, LockProfile, Profile, TaskProfile, YieldStats},
-    report::SortKey,
+    query::{Query, SortKey},
 };
 
 /// Which table is shown.
@@ -27,13 +30,29 @@ pub enum View {
 
 /// A row of the yield_to view.
 #[derive(Clone, Debug)]
-pub struct YieldRow<'a> {
+pub struct YieldRow {
     /// `path` (a caller stack) or `pair` (yielder -> target).
     pub kind: &'static str,
     /// The caller path, or `tid comm -> tid comm`.
     pub name: String,
     /// Outcomes and latency.
-    pub stats: &'a YieldStats,
+    pub stats: YieldStats,
+}
+
+/// The rows of every view, built when the profile or a filter changes,
+/// never while drawing: indices into the profile's tables.
+#[derive(Clone, Debug, Default)]
+pub struct Rows {
+    /// Locks view: indices into `profile.locks`.
+    pub locks: Vec<usize>,
+    /// Callers view: (lock, caller) indices.
+    pub callers: Vec<(usize, usize)>,
+    /// Tasks view: indices into `profile.tasks`.
+    pub tasks: Vec<usize>,
+    /// yield_to view: caller paths, then pairs.
+    pub yields: Vec<YieldRow>,
+    /// A label per lock address that tells locks with the same name apart.
+    pub labels: BTreeMap<u64, String>,
 }
 
 impl View {
@@ -65,8 +84,7 @@ pub enum Effect {
 }
 
 /// Sort columns, in `s` order.
-pub const SORTS: [SortKey; 5] =
-    [SortKey::WaitTotal, SortKey::Contended, SortKey::WaitAvg, SortKey::WaitMax, SortKey::WaitP99];
+pub const SORTS: [SortKey; 5] = SortKey::ALL;
 
 /// Lock types `t` cycles through (None = all).
 pub const TYPE_FILTERS: [Option<LockType>; 6] = [
@@ -93,7 +111,9 @@ pub struct App {
     /// Current table.
     pub view: View,
     /// Latest profile.
-    pub profile: Profile,
+    pub profile: Arc<Profile>,
+    /// Rows of every view for the profile and filters.
+    pub rows: Rows,
     /// Sort column (index into [`SORTS`]).
     pub sort: usize,
     /// Selected row.
@@ -130,7 +150,8 @@ impl App {
     pub fn new() -> App {
         App {
             view: View::Locks,
-            profile: Profile::default(),
+            profile: Arc::new(Profile::default()),
+            rows: Rows::default(),
             sort: 0,
             selected: 0,
             expanded: false,
@@ -160,8 +181,8 @@ impl App {
         TYPE_FILTERS[self.type_filter % TYPE_FILTERS.len()]
     }
 
-    /// A new snapshot arrived (ignored while paused, except the clock).
-    pub fn on_profile(&mut self, p: Profile, elapsed_s: f64) {
+    /// A new profile arrived (ignored while paused, except the clock).
+    pub fn on_profile(&mut self, p: Arc<Profile>, elapsed_s: f64) {
         self.elapsed_s = elapsed_s;
         if self.paused {
             // Frozen display, but keep the baselines current so the first
@@ -192,104 +213,86 @@ impl App {
         self.prev_events = events;
         self.prev_elapsed = elapsed_s;
         self.profile = p;
+        self.refresh_rows();
+    }
+
+    /// The query of the current sort and filters.
+    pub fn query(&self) -> Query {
+        Query {
+            sort: self.sort_key(),
+            types: self.type_filter().into_iter().collect(),
+            text: self.filter.clone(),
+            ..Query::default()
+        }
+    }
+
+    /// Rebuilds the rows of every view (profile, sort or filters changed).
+    pub fn refresh_rows(&mut self) {
+        let p = &self.profile;
+        let q = self.query();
+        let mut yields: Vec<YieldRow> = q
+            .yield_callers(p)
+            .into_iter()
+            .map(|c| YieldRow { kind: "path", name: c.path.clone(), stats: c.stats.clone() })
+            .collect();
+        yields.extend(q.yield_pairs(p).into_iter().map(|pr| {
+            let target = if pr.target_tid == 0 {
+                "[unknown]".to_string()
+            } else {
+                format!("{} {}", pr.target_tid, pr.target_comm)
+            };
+            YieldRow { kind: "pair", name: format!("{} {} -> {target}", pr.tid, pr.comm), stats: pr.stats.clone() }
+        }));
+        self.rows = Rows {
+            locks: q.lock_indices(p),
+            callers: q.caller_indices(p),
+            tasks: q.task_indices(p),
+            yields,
+            labels: p.labels(),
+        };
         self.clamp_selection();
     }
 
-    fn matches_text(&self, l: &LockProfile, c: Option<&CallerProfile>) -> bool {
-        if self.filter.is_empty() {
-            return true;
-        }
-        let f = self.filter.to_lowercase();
-        let hit = |s: &str| s.to_lowercase().contains(&f);
-        hit(l.display_name())
-            || hit(&l.class)
-            || match c {
-                Some(c) => hit(&c.caller),
-                None => l.callers.iter().any(|c| hit(&c.caller)),
-            }
+    /// The label of a lock (its name, with the address where names collide).
+    pub fn label<'a>(&'a self, l: &'a LockProfile) -> &'a str {
+        self.rows.labels.get(&l.addr).map_or(l.display_name(), String::as_str)
     }
 
-    fn type_ok(&self, l: &LockProfile) -> bool {
-        self.type_filter().is_none_or(|t| t == l.lock_type)
-    }
-
-    /// Locks shown, filtered and sorted.
+    /// Locks shown, in order.
     pub fn lock_rows(&self) -> Vec<&LockProfile> {
-        let k = self.sort_key();
-        let mut v: Vec<&LockProfile> =
-            self.profile.locks.iter().filter(|l| self.type_ok(l) && self.matches_text(l, None)).collect();
-        v.sort_by(|a, b| k.value(&b.wait).cmp(&k.value(&a.wait)).then(a.addr.cmp(&b.addr)));
-        v
+        self.rows.locks.iter().map(|&i| &self.profile.locks[i]).collect()
     }
 
-    /// (lock, caller) rows shown, filtered and sorted.
+    /// (lock, caller) rows shown, in order.
     pub fn caller_rows(&self) -> Vec<(&LockProfile, &CallerProfile)> {
-        let k = self.sort_key();
-        let mut v: Vec<_> = self
-            .profile
-            .locks
-            .iter()
-            .filter(|l| self.type_ok(l))
-            .flat_map(|l| l.callers.iter().map(move |c| (l, c)))
-            .filter(|(l, c)| self.matches_text(l, Some(c)))
-            .collect();
-        v.sort_by(|a, b| k.value(&b.1.wait).cmp(&k.value(&a.1.wait)).then(a.1.caller.cmp(&b.1.caller)));
-        v
+        self.rows.callers.iter().map(|&(i, j)| (&self.profile.locks[i], &self.profile.locks[i].callers[j])).collect()
     }
 
-    /// Tasks shown, filtered by comm and sorted.
+    /// Tasks shown, in order.
     pub fn task_rows(&self) -> Vec<&TaskProfile> {
-        let k = self.sort_key();
-        let f = self.filter.to_lowercase();
-        let mut v: Vec<&TaskProfile> =
-            self.profile.tasks.iter().filter(|t| f.is_empty() || t.comm.to_lowercase().contains(&f)).collect();
-        v.sort_by(|a, b| k.value(&b.wait).cmp(&k.value(&a.wait)).then(a.tid.cmp(&b.tid)));
-        v
+        self.rows.tasks.iter().map(|&i| &self.profile.tasks[i]).collect()
     }
 
-    /// yield_to rows: caller paths, then pairs, each sorted by the sort key
-    /// on latency (`contended` = calls), filtered by the text filter.
-    pub fn yield_rows(&self) -> Vec<YieldRow<'_>> {
-        let Some(y) = &self.profile.yield_to else { return Vec::new() };
-        let k = self.sort_key();
-        let f = self.filter.to_lowercase();
-        let mut callers: Vec<YieldRow<'_>> =
-            y.callers.iter().map(|c| YieldRow { kind: "path", name: c.path.clone(), stats: &c.stats }).collect();
-        let mut pairs: Vec<YieldRow<'_>> = y
-            .pairs
-            .iter()
-            .map(|p| {
-                let target = if p.target_tid == 0 {
-                    "[unknown]".to_string()
-                } else {
-                    format!("{} {}", p.target_tid, p.target_comm)
-                };
-                YieldRow { kind: "pair", name: format!("{} {} -> {target}", p.tid, p.comm), stats: &p.stats }
-            })
-            .collect();
-        for v in [&mut callers, &mut pairs] {
-            v.retain(|r| f.is_empty() || r.name.to_lowercase().contains(&f));
-            v.sort_by(|a, b| k.value(&b.stats.latency).cmp(&k.value(&a.stats.latency)).then(a.name.cmp(&b.name)));
-        }
-        callers.extend(pairs);
-        callers
+    /// yield_to rows: caller paths, then pairs.
+    pub fn yield_rows(&self) -> &[YieldRow] {
+        &self.rows.yields
     }
 
     /// Rows in the current view.
     pub fn row_count(&self) -> usize {
         match self.view {
-            View::Locks => self.lock_rows().len(),
-            View::Callers => self.caller_rows().len(),
-            View::Tasks => self.task_rows().len(),
-            View::Yield => self.yield_rows().len(),
+            View::Locks => self.rows.locks.len(),
+            View::Callers => self.rows.callers.len(),
+            View::Tasks => self.rows.tasks.len(),
+            View::Yield => self.rows.yields.len(),
         }
     }
 
     /// The lock whose detail is shown (selected lock, or the lock of the selected caller).
     pub fn selected_lock(&self) -> Option<&LockProfile> {
         match self.view {
-            View::Locks => self.lock_rows().get(self.selected).copied(),
-            View::Callers => self.caller_rows().get(self.selected).map(|(l, _)| *l),
+            View::Locks => self.rows.locks.get(self.selected).map(|&i| &self.profile.locks[i]),
+            View::Callers => self.rows.callers.get(self.selected).map(|&(i, _)| &self.profile.locks[i]),
             View::Tasks | View::Yield => None,
         }
     }
@@ -335,6 +338,7 @@ impl App {
                 _ => {}
             }
             self.selected = 0;
+            self.refresh_rows();
             return Effect::None;
         }
         if self.help {
@@ -358,11 +362,15 @@ impl App {
             Action::First => self.selected = 0,
             Action::Last => self.selected = n.saturating_sub(1),
             Action::Expand => self.expanded = !self.expanded,
-            Action::CycleSort => self.sort = (self.sort + 1) % SORTS.len(),
+            Action::CycleSort => {
+                self.sort = (self.sort + 1) % SORTS.len();
+                self.refresh_rows();
+            }
             Action::Filter => self.editing_filter = true,
             Action::CycleType => {
                 self.type_filter = (self.type_filter + 1) % TYPE_FILTERS.len();
                 self.selected = 0;
+                self.refresh_rows();
             }
             Action::Pause => self.paused = !self.paused,
             Action::Reset => {
@@ -404,7 +412,7 @@ mod tests {
     #[test]
     fn navigation_sort_filter_and_views() {
         let mut app = App::new();
-        app.on_profile(fixture::profile(), 1.0);
+        app.on_profile(Arc::new(fixture::profile()), 1.0);
         assert_eq!(app.lock_rows()[0].name.as_deref(), Some("tasklist_lock"));
         assert_eq!(app.apply(Action::Down), Effect::None);
         assert_eq!(app.selected, 1);
@@ -424,6 +432,7 @@ mod tests {
         assert_eq!(app.lock_rows().len(), 1);
         assert_eq!(app.lock_rows()[0].lock_type, LockType::Mutex);
         app.type_filter = 0;
+        app.refresh_rows();
         // Text filter through keys, matching a caller.
         app.on_key(key(KeyCode::Char('/')));
         for c in "release".chars() {
@@ -450,18 +459,18 @@ mod tests {
     fn pause_freezes_and_rates_come_from_deltas() {
         let mut app = App::new();
         let p = fixture::profile();
-        app.on_profile(p.clone(), 1.0);
+        app.on_profile(Arc::new(p.clone()), 1.0);
         let first = app.rate;
         app.apply(Action::Pause);
         let mut more = p.clone();
         more.locks[1].wait.record(1_000);
-        app.on_profile(more.clone(), 2.0);
+        app.on_profile(Arc::new(more.clone()), 2.0);
         assert_eq!(app.profile.contended(), p.contended(), "paused: data frozen");
         assert_eq!(app.elapsed_s, 2.0, "the clock still runs");
         app.apply(Action::Pause);
         let mut again = more.clone();
         again.locks[1].wait.record(1_000);
-        app.on_profile(again, 3.0);
+        app.on_profile(Arc::new(again), 3.0);
         assert_eq!(app.rate, 1.0, "one new contention over the last second, not the pause");
         assert!(first > 0.0);
         let pipe = app.profile.locks[1].clone();

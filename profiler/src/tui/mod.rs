@@ -20,8 +20,9 @@ use ratatui::crossterm::event::{self, Event as TermEvent, KeyEvent, KeyEventKind
 use tokio::sync::mpsc;
 
 use crate::{
-    pipeline::{Control, Session, SessionOptions},
+    pipeline::Control,
     recording,
+    session::{Session, SessionOptions},
 };
 
 /// Everything the loop reacts to.
@@ -62,7 +63,7 @@ pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
     let stop_signal = crate::shutdown::on_signal()?;
     // Attach before taking over the terminal, so errors print normally.
     let mut session = Session::start(opts)?;
-    let mut snaps = session.snapshots();
+    let mut profiles = session.profiles();
     let control = session.control();
     let mut terminal = ratatui::init();
     let (tx, mut rx) = mpsc::channel(64);
@@ -79,12 +80,12 @@ pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
                     Some(Event::Resize) => Effect::None,
                     None => Effect::Quit,
                 },
-                changed = snaps.changed() => {
+                changed = profiles.changed() => {
                     if changed.is_err() {
                         Effect::Quit
                     } else {
-                        let snap = snaps.borrow_and_update().clone();
-                        let profile = session.resolve(&snap);
+                        // Built (and symbolized) by the session's profile task, not here.
+                        let profile = profiles.borrow_and_update().clone();
                         app.on_profile(profile, session.elapsed().as_secs_f64());
                         Effect::None
                     }

@@ -18,7 +18,8 @@ use super::{
 };
 use crate::{
     model::{LockProfile, Stats, type_label, type_name},
-    report::{SortKey, fmt_count, fmt_ns},
+    query::SortKey,
+    report::{fmt_count, fmt_ns},
 };
 
 fn sort_name(k: SortKey) -> &'static str {
@@ -89,6 +90,21 @@ fn header(app: &App, area: Rect, buf: &mut Buffer) {
     Paragraph::new(vec![Line::from(l1), Line::from(l2)]).render(area, buf);
 }
 
+/// `label` in at most `width` columns, keeping a trailing `#<hex>` instance
+/// suffix visible (it tells locks with one name apart): the middle is elided.
+fn fit(label: &str, width: usize) -> String {
+    let n = label.chars().count();
+    if n <= width || width == 0 {
+        return label.to_string();
+    }
+    let suffix = label.rfind(" #").map_or("", |i| &label[i + 1..]);
+    let keep = width.saturating_sub(suffix.chars().count() + 1);
+    if suffix.is_empty() || keep == 0 {
+        return label.chars().take(width).collect();
+    }
+    format!("{}…{suffix}", label.chars().take(keep).collect::<String>())
+}
+
 fn hold_cell(h: Option<&Stats>) -> String {
     h.map(|h| fmt_ns(h.total_ns())).unwrap_or_else(|| "-".into())
 }
@@ -100,12 +116,22 @@ fn table(app: &App, area: Rect, buf: &mut Buffer) {
             // Narrow terminals drop the least essential columns first.
             let wide = area.width >= 96;
             let medium = area.width >= 72;
+            // What the fixed columns and their gaps leave for the name.
+            let fixed = 10 + 7 + 9 + 9 + if medium { 7 + 9 } else { 0 } + if wide { 9 + 8 } else { 0 };
+            let gaps = if wide {
+                8
+            } else if medium {
+                6
+            } else {
+                4
+            };
+            let name_width = usize::from(area.width).saturating_sub(fixed + gaps).max(16);
             let rows = app
                 .lock_rows()
                 .into_iter()
                 .map(|l| {
                     let mut cells =
-                        vec![Cell::from(l.display_name().to_string()), Cell::from(type_label(l.lock_type, l.mode))];
+                        vec![Cell::from(fit(app.label(l), name_width)), Cell::from(type_label(l.lock_type, l.mode))];
                     if medium {
                         cells.push(Cell::from(fmt_count(app.rate_of(l) as u64)));
                     }
@@ -155,7 +181,7 @@ fn table(app: &App, area: Rect, buf: &mut Buffer) {
                 .map(|(l, c)| {
                     Row::new(vec![
                         Cell::from(c.caller.clone()),
-                        Cell::from(l.display_name().to_string()),
+                        Cell::from(app.label(l).to_string()),
                         Cell::from(fmt_count(c.wait.count())),
                         Cell::from(fmt_ns(c.wait.total_ns())),
                         Cell::from(fmt_ns(c.wait.avg_ns())),
@@ -211,12 +237,12 @@ fn table(app: &App, area: Rect, buf: &mut Buffer) {
         View::Yield => {
             let rows = app
                 .yield_rows()
-                .into_iter()
+                .iter()
                 .map(|r| {
                     let l = &r.stats.latency;
                     Row::new(vec![
                         Cell::from(r.kind),
-                        Cell::from(r.name),
+                        Cell::from(r.name.clone()),
                         Cell::from(fmt_count(r.stats.calls())),
                         Cell::from(fmt_count(r.stats.yielded)),
                         Cell::from(fmt_count(r.stats.failed)),
@@ -282,7 +308,7 @@ fn histogram_bars(s: &Stats) -> Vec<(String, u64)> {
 }
 
 fn detail(app: &App, l: &LockProfile, area: Rect, buf: &mut Buffer) {
-    let title = format!(" {} [{}] @ {:#x} ", l.display_name(), type_label(l.lock_type, l.mode), l.addr);
+    let title = format!(" {} [{}] @ {:#x} ", app.label(l), type_label(l.lock_type, l.mode), l.addr);
     let block = Block::new().borders(Borders::ALL).title(title);
     let inner = block.inner(area);
     block.render(area, buf);
@@ -398,7 +424,7 @@ mod tests {
 
     fn app_with(p: Profile) -> App {
         let mut app = App::new();
-        app.on_profile(p, 1.0);
+        app.on_profile(std::sync::Arc::new(p), 1.0);
         app
     }
 
@@ -433,7 +459,7 @@ mod tests {
     fn many_locks_in_a_narrow_terminal() {
         let mut p = fixture::profile();
         let template = p.locks[1].clone();
-        for i in 0..200u64 {
+        for i in 1..=200u64 {
             let mut l = template.clone();
             l.addr += i * 64;
             p.locks.push(l);
@@ -441,7 +467,12 @@ mod tests {
         let mut app = app_with(p);
         let lines = render(&app, 60, 16);
         assert_eq!(lines.len(), 16);
-        assert!(lines.iter().filter(|l| l.contains("mutex @ anon_pipe")).count() >= 5, "{lines:#?}");
+        let pipe_rows: Vec<&String> = lines.iter().filter(|l| l.contains("mutex @ anon_")).collect();
+        assert!(pipe_rows.len() >= 5, "{lines:#?}");
+        // Locks with one name are told apart by their address, even when cut.
+        let distinct: std::collections::BTreeSet<&str> =
+            pipe_rows.iter().map(|l| l.split_whitespace().find(|w| w.contains('#')).unwrap_or("")).collect();
+        assert_eq!(distinct.len(), pipe_rows.len(), "{pipe_rows:#?}");
         assert!(
             lines[3].starts_with("LOCK") && lines[3].contains("P99") && !lines[3].contains("HOLD"),
             "narrow: fewer columns"
@@ -471,6 +502,13 @@ mod tests {
         assert!(screen.contains("yield_to is not profiled: yield_to cannot be probed"), "{screen}");
         // Tiny terminals do not panic.
         render(&app, 10, 3);
+    }
+
+    #[test]
+    fn labels_are_cut_in_the_middle_keeping_the_instance() {
+        assert_eq!(fit("mutex @ anon_pipe_write #a1b2c0", 21), "mutex @ anon_…#a1b2c0");
+        assert_eq!(fit("short", 21), "short");
+        assert_eq!(fit("tasklist_lock (no suffix here at all)", 10), "tasklist_l");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::{
 mod syscalls;
 
 /// A contention scenario.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Workload {
     /// Writers on one pipe (pipe->mutex), one reader draining it.
     Pipe,
@@ -29,6 +29,24 @@ pub enum Workload {
     Mmap,
     /// setpgid(0, 0) loops against kill(0, 0) loops (tasklist_lock write and read sides).
     Pgrp,
+}
+
+impl Workload {
+    /// Every scenario.
+    pub const ALL: [Workload; 6] =
+        [Workload::Pipe, Workload::Fork, Workload::Unlink, Workload::Prio, Workload::Mmap, Workload::Pgrp];
+
+    /// Stable name, as typed after `lockprof stress`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Pipe => "pipe",
+            Workload::Fork => "fork",
+            Workload::Unlink => "unlink",
+            Workload::Prio => "prio",
+            Workload::Mmap => "mmap",
+            Workload::Pgrp => "pgrp",
+        }
+    }
 }
 
 /// Result of a run.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use aya::maps::{Array, MapData, PerCpuHashMap};
 use profiler_common::{AggKey, AggVal, HIST_BUCKETS};
 
-use super::LoadError;
+use crate::ebpf::LoadError;
 
 /// Grace period after a flip before the old map is read.
 pub const FLIP_GRACE: Duration = Duration::from_millis(5);
@@ -47,7 +47,7 @@ pub fn merge_cpus<'a>(values: impl IntoIterator<Item = &'a AggVal>) -> AggVal {
 }
 
 impl AggMaps {
-    pub(super) fn new(
+    pub(crate) fn new(
         a: PerCpuHashMap<MapData, AggKey, AggVal>,
         b: PerCpuHashMap<MapData, AggKey, AggVal>,
         active: Array<MapData, u32>,
@@ -59,7 +59,9 @@ impl AggMaps {
     pub fn flip(&mut self) -> Result<usize, LoadError> {
         let old = self.current;
         let new = old ^ 1;
-        self.active.set(0, new, 0).map_err(|e| LoadError::Map { name: "ACTIVE", detail: e.to_string() })?;
+        self.active
+            .set(0, new, 0)
+            .map_err(|e| LoadError::Map { name: profiler_common::names::map::ACTIVE, detail: e.to_string() })?;
         self.current = new;
         Ok(old as usize)
     }
@@ -67,7 +69,8 @@ impl AggMaps {
     /// Reads and deletes every key of map `idx`, appending merged values.
     pub fn drain(&mut self, idx: usize, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
         let map = &mut self.maps[idx & 1];
-        let err = |e: aya::maps::MapError| LoadError::Map { name: "AGG", detail: e.to_string() };
+        let err =
+            |e: aya::maps::MapError| LoadError::Map { name: profiler_common::names::map::AGG_A, detail: e.to_string() };
         let keys: Vec<AggKey> = map.keys().collect::<Result<_, _>>().map_err(err)?;
         for k in keys {
             let v = map.get(&k, 0).map_err(err)?;

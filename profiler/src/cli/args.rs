@@ -1,12 +1,17 @@
-//! Command-line interface (clap). Subcommand and option names are stable.
+//! clap definitions. Subcommand and option names are stable.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use profiler_common::LockType;
 
+use super::values;
 use crate::{
     ebpf::BackendChoice,
-    report::{By, Format, SortKey},
+    export::Metric,
+    query::SortKey,
+    report::{By, Format},
+    session::{Mode, defaults},
     workload::Workload,
 };
 
@@ -35,95 +40,58 @@ pub enum Command {
     Flamegraph(FlamegraphArgs),
     /// Show what this kernel supports, trying each backend for real.
     Doctor(DoctorArgs),
-    /// Generate lock contention (pipe, fork, unlink, prio) for demos, tests and benchmarks.
+    /// Generate lock contention (pipe, fork, unlink, prio, mmap, pgrp) for demos, tests and benchmarks.
     Stress(StressArgs),
-    /// Measurement helpers for `cargo xtask bench`.
-    #[command(hide = true)]
-    Bench(BenchArgs),
-    /// End-to-end checks against the live kernel (run in guest kernels by `cargo xtask vm-test`).
-    #[command(hide = true)]
-    Selftest(SelftestArgs),
 }
 
-/// `lockprof selftest`.
-#[derive(Debug, Args)]
-pub struct SelftestArgs {
-    /// Wait backend under test.
-    #[arg(long, value_enum)]
+/// What to trace and how: shared by every command that records (one
+/// definition, turned into `SessionOptions` once).
+#[derive(Debug, Args, Clone)]
+pub struct SessionArgs {
+    /// Only these processes (repeatable).
+    #[arg(long, short, value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Only these lock types, comma separated: mutex, rwsem, rwlock, spinlock, rt-mutex, rwlock-rt, percpu-rwsem.
+    #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',', value_parser = values::lock_type)]
+    pub types: Vec<LockType>,
+    /// Wait backend.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
-    /// Seconds per workload.
-    #[arg(long, default_value_t = 2.0)]
-    pub duration: f64,
-    /// Also run kprobe and fentry side by side and compare their counts.
+    /// Do not profile KVM directed yield (`yield_to`; probed with fentry or
+    /// kprobe when the kernel allows, at no cost while no vCPU yields).
     #[arg(long)]
-    pub agree: bool,
-    /// Only the KVM directed-yield check, driving this VMM binary (the
-    /// `yield_vmm` example), with yield_to probed by `--yield-probe`.
-    #[arg(long, value_name = "PATH")]
-    pub yield_vmm: Option<PathBuf>,
-    /// How yield_to is probed in the `--yield-vmm` check.
-    #[arg(long, value_enum, default_value_t = YieldProbe::Auto)]
-    pub yield_probe: YieldProbe,
-    /// Hypercalls the VMM makes in the `--yield-vmm` check.
-    #[arg(long, default_value_t = 300)]
-    pub hypercalls: u32,
+    pub no_yield_to: bool,
+    /// How waits reach userspace.
+    #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
+    pub mode: Mode,
+    /// Aggregate mode: also stream waits at least this long (microseconds), for
+    /// the slowest-waits list (0: none).
+    #[arg(long, value_name = "US", default_value_t = defaults::OUTLIER_US)]
+    pub outlier_us: u64,
+    /// Kernel stack walks allowed per second per CPU (0: every contention).
+    /// A walk costs ~1.5-2 us; beyond the budget a thread's previous stack for
+    /// the same lock and flags is reused (counted as stack_reused), else the
+    /// wait is kept without a stack (stack_skipped).
+    #[arg(long, value_name = "N", default_value_t = defaults::STACK_RATE)]
+    pub stack_rate: u32,
+    /// Ring buffer size in MiB (power of two).
+    #[arg(long, value_name = "MIB", default_value_t = defaults::RINGBUF_MB)]
+    pub ringbuf_mb: u32,
+    /// Capacity of the kernel stack map (distinct stacks).
+    #[arg(long, value_name = "N", default_value_t = defaults::STACK_MAP_SIZE)]
+    pub stack_map_size: u32,
+    /// Cap on distinct (lock, stack) pairs kept in memory; more are folded into an overflow row.
+    #[arg(long, value_name = "N", default_value_t = defaults::MAX_CALLERS)]
+    pub max_callers: usize,
 }
 
-/// How yield_to is probed.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum YieldProbe {
-    /// fentry/fexit, else kprobe/kretprobe.
-    Auto,
-    /// fentry/fexit only.
-    Fentry,
-    /// kprobe/kretprobe only.
-    Kprobe,
-}
-
-/// `lockprof bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// What to measure.
-    #[command(subcommand)]
-    pub cmd: BenchCmd,
-}
-
-/// Bench helpers.
-#[derive(Debug, Subcommand)]
-pub enum BenchCmd {
-    /// Decode + aggregate synthetic events in userspace (no root): events/s and RSS.
-    Pipeline {
-        /// Events to push through.
-        #[arg(long, default_value_t = 5_000_000)]
-        events: usize,
-        /// Distinct stacks among them.
-        #[arg(long, default_value_t = 1000)]
-        stacks: usize,
-        /// Distinct locks among them.
-        #[arg(long, default_value_t = 1)]
-        locks: usize,
-    },
-    /// Time load + attach of the wait backend.
-    Attach {
-        /// Repetitions.
-        #[arg(long, default_value_t = 5)]
-        rounds: usize,
-    },
-    /// Attach counting-only programs on the lock tracepoints (the overhead floor).
-    Floor {
-        /// Seconds (default: until SIGINT/SIGTERM).
-        #[arg(long)]
-        duration: Option<f64>,
-    },
-}
-
-/// How a report looks (shared by record and report).
+/// Which rows and in which order (shared by record and report).
 #[derive(Debug, Args, Clone)]
 pub struct ViewArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Rows: one per lock (callers nested), per caller stack, or per thread.
+    /// Rows: one per lock (callers nested), per caller stack, per thread, or per yield_to path or pair.
     #[arg(long, value_enum, default_value_t = By::Lock)]
     pub by: By,
     /// Sort key (descending).
@@ -143,71 +111,21 @@ pub struct ViewArgs {
     pub lock: Option<String>,
 }
 
-/// What to trace: shared by `record` and `top`.
-#[derive(Debug, Args, Clone)]
-pub struct FilterArgs {
-    /// Only these processes (repeatable).
-    #[arg(long, short, value_name = "PID")]
-    pub pid: Vec<u32>,
-    /// Only these lock types, comma separated: mutex, rwsem, rwlock, spinlock, rt-mutex, rwlock-rt, percpu-rwsem.
-    #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',')]
-    pub types: Vec<String>,
-    /// Wait backend.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
-    pub backend: BackendChoice,
-    /// Do not profile KVM directed yield (`yield_to`; probed with fentry or
-    /// kprobe when the kernel allows, at no cost while no vCPU yields).
-    #[arg(long)]
-    pub no_yield_to: bool,
-}
-
 /// `lockprof record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// Stop after this many seconds (default: run until Ctrl-C or SIGTERM).
-    #[arg(long, short, value_name = "SECS")]
+    #[arg(long, short, value_name = "SECS", value_parser = values::seconds)]
     pub duration: Option<f64>,
     /// Save the recording here (read it back with `lockprof report --input`).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// What to trace.
+    /// What to trace and how.
     #[command(flatten)]
-    pub filter: FilterArgs,
-    /// Ring buffer size in MiB (power of two).
-    #[arg(long, value_name = "MIB", default_value_t = 4)]
-    pub ringbuf_mb: u32,
-    /// Capacity of the kernel stack map (distinct stacks).
-    #[arg(long, value_name = "N", default_value_t = profiler_common::DEFAULT_STACK_ENTRIES)]
-    pub stack_map_size: u32,
-    /// aggregate: fold waits into per-CPU maps in the kernel, drained every
-    /// second (lowest overhead); stream: send every wait through the ring buffer.
-    #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
-    pub mode: Mode,
-    /// Aggregate mode: also stream waits at least this long (microseconds), for
-    /// the slowest-waits list (0: none).
-    #[arg(long, value_name = "US", default_value_t = 1000)]
-    pub outlier_us: u64,
-    /// Kernel stack walks allowed per second per CPU (0: every contention).
-    /// A walk costs ~1.5-2 us; beyond the budget a thread's previous stack for
-    /// the same lock and flags is reused (counted as stack_reused), else the
-    /// wait is kept without a stack (stack_skipped).
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
-    pub stack_rate: u32,
-    /// Cap on distinct (lock, stack) pairs kept in memory; more are folded into an overflow row.
-    #[arg(long, value_name = "N", default_value_t = 50_000)]
-    pub max_callers: usize,
+    pub session: SessionArgs,
     /// Report options.
     #[command(flatten)]
     pub view: ViewArgs,
-}
-
-/// How waits reach userspace.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    /// Per-CPU maps in the kernel, drained each interval.
-    Aggregate,
-    /// Every wait through the ring buffer.
-    Stream,
 }
 
 /// `lockprof report`.
@@ -228,14 +146,11 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Refresh interval, seconds.
-    #[arg(long, short, value_name = "SECS", default_value_t = 1.0)]
+    #[arg(long, short, value_name = "SECS", default_value_t = 1.0, value_parser = values::interval)]
     pub interval: f64,
-    /// What to trace.
+    /// What to trace and how.
     #[command(flatten)]
-    pub filter: FilterArgs,
-    /// How waits reach userspace.
-    #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
-    pub mode: Mode,
+    pub session: SessionArgs,
     /// Write logs here (the screen belongs to the dashboard; without this, logs are discarded).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
@@ -248,14 +163,14 @@ pub struct FlamegraphArgs {
     #[arg(long, short, value_name = "FILE", conflicts_with_all = ["duration", "diff"])]
     pub input: Option<PathBuf>,
     /// Record the live kernel for this many seconds (needs root).
-    #[arg(long, short, value_name = "SECS", conflicts_with = "diff")]
+    #[arg(long, short, value_name = "SECS", conflicts_with = "diff", value_parser = values::seconds)]
     pub duration: Option<f64>,
     /// Differential flamegraph of two recordings (widths from AFTER; red grew, blue shrank).
     #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"])]
     pub diff: Option<Vec<PathBuf>>,
     /// Frame width: wait time, hold time, contention count, or yield_to latency (KVM directed yield by caller).
-    #[arg(long, value_enum, default_value_t = crate::export::Metric::Wait)]
-    pub metric: crate::export::Metric,
+    #[arg(long, value_enum, default_value_t = Metric::Wait)]
+    pub metric: Metric,
     /// SVG output (default: lockprof.svg when --folded is not given either).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -265,15 +180,15 @@ pub struct FlamegraphArgs {
     /// Only this lock: name (tasklist_lock), class, or hex address.
     #[arg(long = "lock", short = 'L', value_name = "NAME|ADDR")]
     pub lock: Option<String>,
-    /// Only these lock types, comma separated.
-    #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',')]
-    pub types: Vec<String>,
     /// Put the lock at the root instead of the leaf.
     #[arg(long)]
     pub lock_root: bool,
     /// Keep +0xoff on frames (default: merge call sites by function).
     #[arg(long)]
     pub offsets: bool,
+    /// What to trace and how with --duration (--type also selects the locks drawn from a recording).
+    #[command(flatten)]
+    pub session: SessionArgs,
 }
 
 /// `lockprof doctor`.
@@ -291,10 +206,10 @@ pub struct StressArgs {
     #[arg(value_enum)]
     pub workload: Workload,
     /// Worker threads.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = values::threads)]
     pub threads: usize,
     /// Seconds to run.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = values::seconds)]
     pub duration: f64,
 }
 
@@ -332,9 +247,9 @@ mod tests {
         assert_eq!(r.duration, Some(5.0));
         assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.lockprof")));
         assert_eq!(r.view.format, Format::Json);
-        assert_eq!(r.filter.pid, [1, 2]);
-        assert_eq!(r.filter.types, ["mutex", "rwlock"]);
-        assert_eq!(r.filter.backend, BackendChoice::TpBtf);
+        assert_eq!(r.session.pid, [1, 2]);
+        assert_eq!(r.session.types, [LockType::Mutex, LockType::Rwlock]);
+        assert_eq!(r.session.backend, BackendChoice::TpBtf);
         assert_eq!(r.view.top, Some(3));
     }
 
@@ -349,9 +264,20 @@ mod tests {
         for s in ["contended", "wait_total", "wait_max", "wait_avg", "wait_p99"] {
             parse(&["report", "--input", "a", "--sort", s]).expect(s);
         }
-        for b in ["auto", "tp_btf", "tracepoint"] {
+        for b in ["auto", "tp_btf", "tracepoint", "fentry", "kprobe"] {
             parse(&["record", "--backend", b]).expect(b);
         }
+    }
+
+    #[test]
+    fn top_takes_the_session_options_of_record() {
+        let cli = parse(&["top", "--no-yield-to", "--mode", "stream", "--stack-rate", "0", "--type", "mutex"])
+            .expect("parse");
+        let Command::Top(t) = cli.command else { panic!("not top") };
+        assert!(t.session.no_yield_to);
+        assert_eq!(t.session.mode, Mode::Stream);
+        assert_eq!(t.session.stack_rate, 0);
+        assert_eq!(t.interval, 1.0);
     }
 
     #[test]
@@ -370,7 +296,7 @@ mod tests {
         ])
         .expect("parse");
         let Command::Flamegraph(f) = cli.command else { panic!("not flamegraph") };
-        assert_eq!(f.metric, crate::export::Metric::Count);
+        assert_eq!(f.metric, Metric::Count);
         assert_eq!(f.lock.as_deref(), Some("tasklist_lock"));
         assert!(f.lock_root);
         let cli = parse(&["flamegraph", "--diff", "a", "b", "-o", "d.svg"]).expect("parse diff");
@@ -388,7 +314,14 @@ mod tests {
         assert!(parse(&["report"]).is_err(), "--input is required");
         assert!(parse(&["record", "--backend", "magic"]).is_err());
         assert!(parse(&["record", "--pid", "abc"]).is_err());
+        assert!(parse(&["record", "--type", "semaphore"]).is_err());
+        assert!(parse(&["record", "--duration", "-1"]).is_err());
         assert!(parse(&["report", "--input", "a", "--sort", "fastest"]).is_err());
+        assert!(parse(&["stress", "pipe", "--threads", "0"]).is_err(), "zero threads make no contention");
+        assert!(parse(&["stress", "pipe", "--duration", "0"]).is_err());
+        assert!(parse(&["top", "--interval", "0.01"]).is_err());
         assert!(parse(&["frobnicate"]).is_err());
+        assert!(parse(&["selftest"]).is_err(), "no test subcommand ships in the product");
+        assert!(parse(&["bench"]).is_err(), "no benchmark subcommand ships in the product");
     }
 }

@@ -4,7 +4,7 @@
 use aya::maps::{HashMap, MapData, PerCpuArray};
 use profiler_common::{PendingWait, TaskWait};
 
-use super::LoadError;
+use crate::ebpf::LoadError;
 
 /// Per-task and per-CPU pending waits.
 pub struct PendingMaps {
@@ -17,7 +17,7 @@ fn err(name: &'static str, e: impl std::fmt::Display) -> LoadError {
 }
 
 impl PendingMaps {
-    pub(super) fn new(tasks: HashMap<MapData, u64, TaskWait>, spin: PerCpuArray<MapData, PendingWait>) -> Self {
+    pub(crate) fn new(tasks: HashMap<MapData, u64, TaskWait>, spin: PerCpuArray<MapData, PendingWait>) -> Self {
         PendingMaps { tasks, spin }
     }
 
@@ -50,7 +50,9 @@ impl PendingMaps {
     /// Waits with a begin and no end yet.
     pub fn open_waits(&self) -> Result<Vec<PendingWait>, LoadError> {
         let mut open: Vec<PendingWait> = self.tasks.iter().filter_map(Result::ok).map(|(_, t)| t.wait).collect();
-        open.extend(self.spin.get(&0, 0).map_err(|e| err("SPIN_PENDING", e))?.iter().copied());
+        open.extend(
+            self.spin.get(&0, 0).map_err(|e| err(profiler_common::names::map::SPIN_PENDING, e))?.iter().copied(),
+        );
         open.retain(|p| p.lock_addr != 0);
         Ok(open)
     }

@@ -1,6 +1,10 @@
-//! Snapshot -> symbolized [`Profile`].
+//! Snapshot -> symbolized [`Profile`], off any draw path: the builder keeps
+//! its resolver (and so every stack symbolized once) for the whole session,
+//! and reuses the profile of each lock whose row did not change.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
+
+use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
@@ -10,7 +14,7 @@ use crate::{
     symbols::{Resolver, StackSource, frame_fn, name_lock, yield_caller_index},
 };
 
-use super::aggregator::{OVERFLOW_TID, Snapshot, YieldAgg};
+use super::aggregator::{LockAgg, LockKey, OVERFLOW_TID, Snapshot, YieldAgg};
 
 /// Frames shown in a yield caller's path.
 const YIELD_PATH_FRAMES: usize = 4;
@@ -45,7 +49,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
             tid: k.tid,
             pid: p.tgid,
             comm: comm_str(&p.comm),
-            target_tid: k.target_pid,
+            target_tid: k.target_tid,
             target_pid: p.target_tgid,
             target_comm: comm_str(&p.target_comm),
             stats: p.stats.clone(),
@@ -70,103 +74,137 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
     YieldProfile { total: y.total.clone(), callers, pairs, rq_contention: rq }
 }
 
-/// Resolves stacks and names locks, producing a profile sorted by total wait.
-pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: &mut Resolver<S>, mut meta: Meta) -> Profile {
-    meta.events = snap.events;
-    for (name, n) in [
-        ("lock_keys_overflow", snap.overflow.locks),
-        ("caller_keys_overflow", snap.overflow.callers),
-        ("task_keys_overflow", snap.overflow.tasks),
-    ] {
-        meta.drops.insert(name.to_string(), n);
-    }
-
-    let mut locks = Vec::with_capacity(snap.locks.len());
-    for (key, agg) in &snap.locks {
-        // Callers with the same symbolized stack are merged.
-        let mut by_stack: BTreeMap<Vec<String>, CallerProfile> = BTreeMap::new();
-        let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
-        for (sid, stats) in &agg.callers {
-            let rs = resolver.stack(*sid);
-            *caller_fns.entry(rs.caller_fn.clone()).or_default() += stats.count();
-            let hold = agg.hold_callers.get(sid);
-            by_stack
-                .entry(rs.group_key())
-                .and_modify(|c| {
-                    c.wait.merge(stats);
-                    if let Some(h) = hold {
-                        c.hold.get_or_insert_with(|| Stats::new(h.sigfig_of())).merge(h);
-                    }
-                })
-                .or_insert_with(|| CallerProfile {
-                    caller: rs.caller.clone(),
-                    stack: rs.frames.clone(),
-                    wait: stats.clone(),
-                    hold: hold.cloned(),
-                });
-        }
-        let mut callers: Vec<CallerProfile> = by_stack.into_values().collect();
-        callers.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then_with(|| a.caller.cmp(&b.caller)));
-        let caller_fns: Vec<(String, u64)> = caller_fns.into_iter().collect();
-        let named = name_lock(key.addr, key.lock_type, key.mode, &caller_fns, resolver.kallsyms());
-        let (name, name_source, class) = if key.addr == 0 {
-            (None, None, "[other locks: key limit reached]".to_string())
-        } else {
-            (named.name, named.source, named.class)
-        };
-        locks.push(LockProfile {
-            addr: key.addr,
-            lock_type: key.lock_type,
-            mode: key.mode,
-            name,
-            name_source,
-            class,
-            wait: agg.wait.clone(),
-            hold: agg.hold.clone(),
-            callers,
-        });
-    }
-    locks.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.addr.cmp(&b.addr)));
-
-    let mut tasks: Vec<TaskProfile> = snap
-        .tasks
-        .iter()
-        .map(|(tid, t)| TaskProfile { tid: *tid, tgid: t.tgid, comm: comm_str(&t.comm), wait: t.wait.clone() })
-        .collect();
-    tasks.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.tid.cmp(&b.tid)));
-    debug_assert!(tasks.iter().filter(|t| t.tid == OVERFLOW_TID).count() <= 1);
-
-    let slowest = snap
-        .slowest
-        .iter()
-        .map(|ev| {
-            let key = super::LockKey::of(ev);
-            let lock = locks
-                .iter()
-                .find(|l| l.addr == key.addr && l.lock_type == key.lock_type && l.mode == key.mode)
-                .map(|l| l.display_name().to_string())
-                .unwrap_or_else(|| format!("{:#x}", key.addr));
-            let rs = resolver.stack(ev.stack_id);
-            SlowWait {
-                wait_ns: ev.wait_ns,
-                end_monotonic_ns: ev.end_ns,
-                addr: ev.lock_addr,
-                lock_type: key.lock_type,
-                mode: key.mode,
-                lock,
-                tid: ev.tid,
-                tgid: ev.tgid,
-                comm: comm_str(&ev.comm),
+/// One lock's profile: callers symbolized and merged by stack, named.
+fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> LockProfile {
+    // Callers with the same symbolized stack are merged.
+    let mut by_stack: BTreeMap<Vec<String>, CallerProfile> = BTreeMap::new();
+    let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
+    for (sid, stats) in &agg.callers {
+        let rs = resolver.stack(*sid);
+        *caller_fns.entry(rs.caller_fn.clone()).or_default() += stats.count();
+        let hold = agg.hold_callers.get(sid);
+        by_stack
+            .entry(rs.group_key())
+            .and_modify(|c| {
+                c.wait.merge(stats);
+                if let Some(h) = hold {
+                    c.hold.get_or_insert_with(|| Stats::new(h.sigfig_of())).merge(h);
+                }
+            })
+            .or_insert_with(|| CallerProfile {
                 caller: rs.caller.clone(),
                 stack: rs.frames.clone(),
-            }
-        })
-        .collect();
+                wait: Stats::clone(stats),
+                hold: hold.map(|h| Stats::clone(h)),
+            });
+    }
+    let mut callers: Vec<CallerProfile> = by_stack.into_values().collect();
+    callers.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then_with(|| a.caller.cmp(&b.caller)));
+    let caller_fns: Vec<(String, u64)> = caller_fns.into_iter().collect();
+    let named = name_lock(key.addr, key.lock_type, key.mode, &caller_fns, resolver.kallsyms());
+    let (name, name_source, class) = if key.addr == 0 {
+        (None, None, "[other locks: key limit reached]".to_string())
+    } else {
+        (named.name, named.source, named.class)
+    };
+    LockProfile {
+        addr: key.addr,
+        lock_type: key.lock_type,
+        mode: key.mode,
+        name,
+        name_source,
+        class,
+        wait: agg.wait.clone(),
+        hold: agg.hold.clone(),
+        callers,
+    }
+}
 
-    let yield_to = (meta.yield_backend.is_some() || snap.yields.total.calls() > 0)
-        .then(|| yield_profile(&snap.yields, resolver, &locks));
-    meta.drops.insert("yield_keys_overflow".to_string(), snap.yields.overflow);
-    Profile { meta, locks, tasks, slowest, yield_to }
+/// Builds profiles from snapshots for the whole session.
+pub struct ProfileBuilder<S> {
+    resolver: Resolver<S>,
+    /// The last profile of each lock, with the row it was built from.
+    locks: FxHashMap<LockKey, (Arc<LockAgg>, LockProfile)>,
+}
+
+impl<S: StackSource> ProfileBuilder<S> {
+    /// A builder over a resolver (whose stack cache it keeps).
+    pub fn new(resolver: Resolver<S>) -> Self {
+        ProfileBuilder { resolver, locks: FxHashMap::default() }
+    }
+
+    /// Resolves stacks and names locks, producing a profile sorted by total
+    /// wait. Locks whose rows are the same as last time are not rebuilt.
+    pub fn build(&mut self, snap: &Snapshot, mut meta: Meta) -> Profile {
+        meta.events = snap.events;
+        for (name, n) in [
+            ("lock_keys_overflow", snap.overflow.locks),
+            ("caller_keys_overflow", snap.overflow.callers),
+            ("task_keys_overflow", snap.overflow.tasks),
+        ] {
+            meta.drops.insert(name.to_string(), n);
+        }
+        self.locks.retain(|k, _| snap.locks.contains_key(k));
+        let mut locks = Vec::with_capacity(snap.locks.len());
+        for (key, agg) in &snap.locks {
+            match self.locks.get(key) {
+                Some((seen, built)) if Arc::ptr_eq(seen, agg) => locks.push(built.clone()),
+                _ => {
+                    let built = lock_profile(key, agg, &mut self.resolver);
+                    self.locks.insert(*key, (agg.clone(), built.clone()));
+                    locks.push(built);
+                }
+            }
+        }
+        locks.sort_by(|a, b| {
+            b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.addr.cmp(&b.addr)).then(a.mode.cmp(&b.mode))
+        });
+
+        let mut tasks: Vec<TaskProfile> = snap
+            .tasks
+            .iter()
+            .map(|(tid, t)| TaskProfile { tid: *tid, tgid: t.tgid, comm: comm_str(&t.comm), wait: t.wait.clone() })
+            .collect();
+        tasks.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.tid.cmp(&b.tid)));
+        debug_assert!(tasks.iter().filter(|t| t.tid == OVERFLOW_TID).count() <= 1);
+
+        let slowest = snap
+            .slowest
+            .iter()
+            .map(|ev| {
+                let key = LockKey::of(ev);
+                let lock = locks
+                    .iter()
+                    .find(|l| l.addr == key.addr && l.lock_type == key.lock_type && l.mode == key.mode)
+                    .map(|l| l.display_name().to_string())
+                    .unwrap_or_else(|| format!("{:#x}", key.addr));
+                let rs = self.resolver.stack(ev.stack_id);
+                SlowWait {
+                    wait_ns: ev.wait_ns,
+                    end_monotonic_ns: ev.end_ns,
+                    addr: ev.lock_addr,
+                    lock_type: key.lock_type,
+                    mode: key.mode,
+                    lock,
+                    tid: ev.tid,
+                    tgid: ev.tgid,
+                    comm: comm_str(&ev.comm),
+                    caller: rs.caller.clone(),
+                    stack: rs.frames.clone(),
+                }
+            })
+            .collect();
+
+        let yield_to = (meta.yield_backend.is_some() || snap.yields.total.calls() > 0)
+            .then(|| yield_profile(&snap.yields, &mut self.resolver, &locks));
+        meta.drops.insert("yield_keys_overflow".to_string(), snap.yields.overflow);
+        Profile { meta, locks, tasks, slowest, yield_to }
+    }
+}
+
+/// A one-off profile of a snapshot (tests, tools).
+pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: Resolver<S>, meta: Meta) -> Profile {
+    ProfileBuilder::new(resolver).build(snap, meta)
 }
 
 /// A NUL-padded kernel comm as a string.
@@ -222,8 +260,7 @@ ffffffff822702f1 T __lock_text_end
         agg.ingest(&ev(0xffff_8880_0000_1000, lcb::MUTEX, 6000, 101, 2));
         agg.ingest(&ev(0xffff_8880_0000_2000, lcb::SPIN | lcb::WRITE, 9000, 102, 3));
         agg.ingest(&ev(0xffff_8880_0000_2000, lcb::SPIN | lcb::WRITE, 2000, 103, 4));
-        let mut r = Resolver::new(ks, stacks);
-        let p = to_profile(&agg.snapshot(), &mut r, Meta::default());
+        let p = to_profile(&agg.snapshot(), Resolver::new(Arc::new(ks), stacks), Meta::default());
 
         assert_eq!(p.meta.events, 4);
         assert_eq!(p.locks.len(), 2);
@@ -272,8 +309,7 @@ ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
         agg.ingest_yield(&yield_ev(11, 10, -3, 500, 2));
         agg.ingest(&ev(0xffff_8880_0000_3000, lcb::SPIN, 700, 10, 3));
         let meta = Meta { yield_backend: Some("fentry".into()), ..Meta::default() };
-        let mut r = Resolver::new(ks, stacks);
-        let p = to_profile(&agg.snapshot(), &mut r, meta);
+        let p = to_profile(&agg.snapshot(), Resolver::new(Arc::new(ks), stacks), meta);
         let y = p.yield_to.expect("yield_to profile");
         assert_eq!((y.total.calls(), y.total.yielded, y.total.failed, y.total.errors), (5, 3, 1, 1));
         assert_eq!(y.callers.len(), 2);
@@ -290,8 +326,8 @@ ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
 
     #[test]
     fn no_yield_profile_without_probe_or_calls() {
-        let mut r = Resolver::new(Kallsyms::default(), HashMap::<u32, Vec<u64>>::new());
-        let p = to_profile(&Aggregator::new(Limits::default()).snapshot(), &mut r, Meta::default());
+        let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<u32, Vec<u64>>::new());
+        let p = to_profile(&Aggregator::new(Limits::default()).snapshot(), r, Meta::default());
         assert!(p.yield_to.is_none());
     }
 

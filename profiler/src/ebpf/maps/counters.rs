@@ -1,25 +1,34 @@
-//! Reading the eBPF side's per-CPU counters and the kernel's per-program stats.
+//! The eBPF side's per-CPU counters and the kernel's per-program statistics.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::RawFd;
 
-use aya::maps::{Map, PerCpuArray};
+use aya::maps::{MapData, PerCpuArray};
 use profiler_common::counter;
+
+/// The `COUNTERS` per-CPU array.
+pub struct KernelCounters(PerCpuArray<MapData, u64>);
+
+impl KernelCounters {
+    pub(crate) fn new(map: PerCpuArray<MapData, u64>) -> KernelCounters {
+        KernelCounters(map)
+    }
+
+    /// Sums over all CPUs, indexed by `profiler_common::counter` (a counter
+    /// that cannot be read is 0).
+    pub fn read(&self) -> CounterValues {
+        let mut out = [0u64; counter::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = self.0.get(&(i as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+        }
+        CounterValues(out)
+    }
+}
 
 /// Counter totals over all CPUs, indexed by `profiler_common::counter`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelCounters(pub [u64; counter::COUNT as usize]);
+pub struct CounterValues(pub [u64; counter::COUNT as usize]);
 
-impl KernelCounters {
-    /// Sums the `COUNTERS` per-CPU array.
-    pub fn read(map: &Map) -> Result<KernelCounters, aya::maps::MapError> {
-        let arr: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
-        let mut out = [0u64; counter::COUNT as usize];
-        for (i, slot) in out.iter_mut().enumerate() {
-            *slot = arr.get(&(i as u32), 0)?.iter().sum();
-        }
-        Ok(KernelCounters(out))
-    }
-
+impl CounterValues {
     /// A counter by index.
     pub fn get(&self, idx: u32) -> u64 {
         self.0.get(idx as usize).copied().unwrap_or(0)
@@ -31,11 +40,12 @@ impl KernelCounters {
     }
 }
 
-/// `recursion_misses` of a program, from /proc/self/fdinfo.
-pub fn recursion_misses(fd: &impl AsFd) -> Option<u64> {
-    let raw = fd.as_fd().as_raw_fd();
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{raw}")).ok()?;
-    parse_fdinfo(&info, "recursion_misses")
+/// Sum of `recursion_misses` over programs, from /proc/self/fdinfo.
+pub fn recursion_misses(fds: &[RawFd]) -> u64 {
+    fds.iter()
+        .filter_map(|fd| std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())
+        .filter_map(|info| parse_fdinfo(&info, "recursion_misses"))
+        .sum()
 }
 
 fn parse_fdinfo(info: &str, key: &str) -> Option<u64> {
@@ -52,11 +62,12 @@ mod tests {
         assert_eq!(parse_fdinfo(info, "recursion_misses"), Some(7));
         assert_eq!(parse_fdinfo(info, "run_cnt"), Some(0));
         assert_eq!(parse_fdinfo(info, "missing"), None);
+        assert_eq!(recursion_misses(&[]), 0);
     }
 
     #[test]
     fn counters_are_named_in_order() {
-        let mut c = KernelCounters::default();
+        let mut c = CounterValues::default();
         c.0[counter::RINGBUF_FULL as usize] = 3;
         let named: Vec<_> = c.named().collect();
         assert_eq!(named.len(), counter::COUNT as usize);

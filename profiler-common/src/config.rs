@@ -1,0 +1,126 @@
+//! What userspace writes into the programs' `CONFIG` global before loading,
+//! and the sizes both sides agree on.
+
+/// Every completed wait goes through the ring buffer.
+pub const MODE_STREAM: u32 = 0;
+/// Waits are folded into per-CPU maps in the kernel, drained every interval.
+pub const MODE_AGGREGATE: u32 = 1;
+
+/// Length of one stack-budget window: `Config::stacks_per_window` stack
+/// walks are allowed per CPU per window.
+pub const STACK_WINDOW_NS: u64 = 100_000_000;
+/// Stack-budget windows per second (`--stack-rate` is per second).
+pub const STACK_WINDOWS_PER_S: u32 = (1_000_000_000 / STACK_WINDOW_NS) as u32;
+
+/// Default number of ring buffer bytes (must be a power of two multiple of the page size).
+pub const DEFAULT_RINGBUF_BYTES: u32 = 4 << 20;
+/// Default capacity of the pending-wait map (concurrently waiting tasks).
+pub const DEFAULT_PENDING_ENTRIES: u32 = 32768;
+/// Default capacity of the stack trace map (distinct stacks).
+pub const DEFAULT_STACK_ENTRIES: u32 = 16384;
+/// Default capacity of each aggregate map (distinct lock, thread, flags, stack).
+pub const DEFAULT_AGG_ENTRIES: u32 = 16384;
+/// Capacity of the `yield_to` calls-in-progress map.
+pub const YIELD_PENDING_ENTRIES: u32 = 4096;
+/// Capacity of the `--pid` filter map.
+pub const TGID_FILTER_ENTRIES: u32 = 1024;
+/// Depth of captured kernel stacks (`PERF_MAX_STACK_DEPTH`).
+pub const MAX_STACK_DEPTH: usize = 127;
+
+/// Field offsets in the classic `lock:contention_{begin,end}` tracepoint
+/// records, read by userspace from tracefs (the defaults are the 6.x layout).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TpOffsets {
+    /// `contention_begin.lock_addr`.
+    pub begin_lock: u32,
+    /// `contention_begin.flags`.
+    pub begin_flags: u32,
+    /// `contention_end.lock_addr`.
+    pub end_lock: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
+}
+
+impl TpOffsets {
+    /// The layout of every kernel with these tracepoints so far.
+    pub const DEFAULT: TpOffsets = TpOffsets { begin_lock: 8, begin_flags: 16, end_lock: 8, _pad: 0 };
+}
+
+/// Offsets inside `struct task_struct`, found in the kernel's BTF by
+/// userspace (0: unknown).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskOffsets {
+    /// `pid`.
+    pub pid: u32,
+    /// `tgid`.
+    pub tgid: u32,
+    /// `comm`.
+    pub comm: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
+}
+
+/// Filters and knobs the userspace writes into the eBPF programs' `CONFIG`
+/// global before loading.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Bitmask of `LockType::bit`s to record; all ones records every type.
+    pub type_mask: u32,
+    /// Non-zero: only record processes present in the `TGID_FILTER` map.
+    pub filter_tgid: u32,
+    /// Stack walks allowed per CPU per [`STACK_WINDOW_NS`] window (0: unlimited).
+    pub stacks_per_window: u32,
+    /// [`MODE_STREAM`] or [`MODE_AGGREGATE`].
+    pub mode: u32,
+    /// Aggregate mode: waits at least this long are also streamed as
+    /// outlier records (0: none).
+    pub outlier_ns: u64,
+    /// Wake the reader only when this many ring-buffer bytes are waiting;
+    /// below that it polls on a timer (per-event wakeups cost more than the
+    /// events themselves on a busy machine).
+    pub wakeup_bytes: u64,
+    /// Classic tracepoint field offsets.
+    pub tp: TpOffsets,
+    /// `struct task_struct` offsets (yield_to targets).
+    pub task: TaskOffsets,
+}
+
+impl Config {
+    /// Record every type and process, stream mode, no stack budget.
+    pub const DEFAULT: Config = Config {
+        type_mask: u32::MAX,
+        filter_tgid: 0,
+        stacks_per_window: 0,
+        mode: MODE_STREAM,
+        outlier_ns: 0,
+        wakeup_bytes: (DEFAULT_RINGBUF_BYTES / 4) as u64,
+        tp: TpOffsets::DEFAULT,
+        task: TaskOffsets { pid: 0, tgid: 0, comm: 0, _pad: 0 },
+    };
+
+    /// Whether a type or process filter is on (then unmatched ends are expected).
+    pub const fn filtering(&self) -> bool {
+        self.type_mask != u32::MAX || self.filter_tgid != 0
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::DEFAULT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_layout() {
+        assert_eq!(core::mem::size_of::<Config>(), 64);
+        assert_eq!(STACK_WINDOWS_PER_S, 10);
+        assert!(!Config::DEFAULT.filtering());
+    }
+}

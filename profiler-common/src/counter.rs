@@ -1,0 +1,65 @@
+//! Indices and names of the per-CPU failure and bookkeeping counters
+//! (`COUNTERS` map).
+
+/// Contention events submitted to the ring buffer.
+pub const EVENTS: u32 = 0;
+/// Ring buffer had no room: event lost.
+pub const RINGBUF_FULL: u32 = 1;
+/// `bpf_get_stackid` failed (stack map full or hash collision): event kept without stack.
+pub const STACK_FAILED: u32 = 2;
+/// Pending-wait map full at begin: contention not measured.
+pub const PENDING_FULL: u32 = 3;
+/// `contention_end` with no matching begin (attached mid-wait).
+pub const END_WITHOUT_BEGIN: u32 = 4;
+/// Begin while the same task already waited on another lock (irq nesting,
+/// qrwlock's internal wait_lock): the inner wait is skipped, like perf.
+pub const NESTED: u32 = 5;
+/// Begin again on the same lock (mutex: spin then sleep): merged.
+pub const REPEATED_BEGIN: u32 = 6;
+/// A lock program fired while another lockprof program was running on
+/// this CPU (e.g. a map's own lock contended): skipped, so that no
+/// pending wait is ever left behind by a half-seen nested contention.
+pub const REENTERED: u32 = 7;
+/// Stack budget spent: the stack of the same thread's previous wait on the
+/// same lock with the same flags was reused.
+pub const STACK_REUSED: u32 = 8;
+/// Stack budget spent and nothing to reuse: the wait has no stack.
+pub const STACK_SKIPPED: u32 = 9;
+/// Aggregate mode: a key did not fit in the aggregate map; the wait was
+/// streamed through the ring buffer instead.
+pub const AGG_FULL: u32 = 10;
+/// Aggregate mode: long waits streamed as outliers.
+pub const OUTLIERS: u32 = 11;
+/// Hold tracking: the hold map was full, that hold is not measured.
+pub const HOLD_MAP_FULL: u32 = 12;
+/// Holds measured.
+pub const HOLDS: u32 = 13;
+/// yield_to: the per-thread entry map was full, that call is not measured.
+pub const YIELD_MAP_FULL: u32 = 14;
+/// yield_to: a return without a recorded entry (attached mid-call).
+pub const YIELD_UNMATCHED: u32 = 15;
+/// yield_to calls recorded.
+pub const YIELDS: u32 = 16;
+/// Number of counters.
+pub const COUNT: u32 = 17;
+
+/// Stable names, indexed by counter.
+pub const NAMES: [&str; COUNT as usize] = [
+    "events",
+    "ringbuf_full",
+    "stack_failed",
+    "pending_map_full",
+    "end_without_begin",
+    "nested_skipped",
+    "repeated_begin",
+    "reentered",
+    "stack_reused",
+    "stack_skipped",
+    "agg_map_full",
+    "outliers",
+    "hold_map_full",
+    "holds",
+    "yield_map_full",
+    "yield_unmatched",
+    "yield_calls",
+];

@@ -1,0 +1,208 @@
+//! Names of the programs, maps and globals in lockprof's eBPF object, as
+//! userspace asks for them. The eBPF side declares them as identifiers
+//! (aya's macros take the function or static name); a unit test of the
+//! profiler checks that the built object holds exactly these names.
+
+/// The global userspace overrides before loading (`Config`).
+pub const CONFIG: &str = "CONFIG";
+
+/// Map names.
+pub mod map {
+    /// Ring buffer of records.
+    pub const EVENTS: &str = "EVENTS";
+    /// Waits that may sleep, per task.
+    pub const PENDING: &str = "PENDING";
+    /// Pure spinning waits, per CPU.
+    pub const SPIN_PENDING: &str = "SPIN_PENDING";
+    /// First aggregate map.
+    pub const AGG_A: &str = "AGG_A";
+    /// Second aggregate map.
+    pub const AGG_B: &str = "AGG_B";
+    /// Which aggregate map the programs write.
+    pub const ACTIVE: &str = "ACTIVE";
+    /// An all-zero aggregate value: the initial value of a new key.
+    pub const AGG_ZERO: &str = "AGG_ZERO";
+    /// Set once release probes are attached.
+    pub const HOLD_ON: &str = "HOLD_ON";
+    /// Holds in progress.
+    pub const HOLDS: &str = "HOLDS";
+    /// Nesting depth of probed spinning slowpaths.
+    pub const SPIN_DEPTH: &str = "SPIN_DEPTH";
+    /// Per-CPU stack budget.
+    pub const STACK_BUDGET: &str = "STACK_BUDGET";
+    /// Kernel stacks.
+    pub const STACKS: &str = "STACKS";
+    /// Per-CPU counters.
+    pub const COUNTERS: &str = "COUNTERS";
+    /// Per-CPU re-entrancy guard.
+    pub const BUSY: &str = "BUSY";
+    /// `yield_to` calls in progress.
+    pub const YIELD_PENDING: &str = "YIELD_PENDING";
+    /// `--pid` filter.
+    pub const TGID_FILTER: &str = "TGID_FILTER";
+
+    /// Every map of the product object.
+    pub const ALL: &[&str] = &[
+        EVENTS,
+        PENDING,
+        SPIN_PENDING,
+        AGG_A,
+        AGG_B,
+        ACTIVE,
+        AGG_ZERO,
+        HOLD_ON,
+        HOLDS,
+        SPIN_DEPTH,
+        STACK_BUDGET,
+        STACKS,
+        COUNTERS,
+        BUSY,
+        YIELD_PENDING,
+        TGID_FILTER,
+    ];
+}
+
+/// Program names.
+pub mod prog {
+    /// `tp_btf/contention_begin`.
+    pub const BEGIN_BTF: &str = "contention_begin_btf";
+    /// `tp_btf/contention_end`.
+    pub const END_BTF: &str = "contention_end_btf";
+    /// `tracepoint/lock/contention_begin`.
+    pub const BEGIN_TP: &str = "contention_begin_tp";
+    /// `tracepoint/lock/contention_end`.
+    pub const END_TP: &str = "contention_end_tp";
+
+    /// kprobe at the mutex slowpaths' entry.
+    pub const KP_MUTEX: &str = "kp_mutex";
+    /// kprobe at `rwsem_down_read_slowpath`.
+    pub const KP_RWSEM_READ: &str = "kp_rwsem_read";
+    /// kprobe at `rwsem_down_write_slowpath`.
+    pub const KP_RWSEM_WRITE: &str = "kp_rwsem_write";
+    /// kprobe at `queued_read_lock_slowpath`.
+    pub const KP_RWLOCK_READ: &str = "kp_rwlock_read";
+    /// kprobe at `queued_write_lock_slowpath`.
+    pub const KP_RWLOCK_WRITE: &str = "kp_rwlock_write";
+    /// kretprobe of the sleeping slowpaths.
+    pub const KRP_SLEEP: &str = "krp_sleep";
+    /// kretprobe of the spinning slowpaths.
+    pub const KRP_SPIN: &str = "krp_spin";
+
+    /// fentry/fexit pairs of the slowpaths.
+    pub const FE_MUTEX: &str = "fe_mutex";
+    /// fexit of `__mutex_lock_slowpath`.
+    pub const FX_MUTEX: &str = "fx_mutex";
+    /// fentry of `__mutex_lock_killable_slowpath`.
+    pub const FE_MUTEX_KILLABLE: &str = "fe_mutex_killable";
+    /// fexit of `__mutex_lock_killable_slowpath`.
+    pub const FX_MUTEX_KILLABLE: &str = "fx_mutex_killable";
+    /// fentry of `__mutex_lock_interruptible_slowpath`.
+    pub const FE_MUTEX_INTERRUPTIBLE: &str = "fe_mutex_interruptible";
+    /// fexit of `__mutex_lock_interruptible_slowpath`.
+    pub const FX_MUTEX_INTERRUPTIBLE: &str = "fx_mutex_interruptible";
+    /// fentry of `rwsem_down_read_slowpath`.
+    pub const FE_RWSEM_READ: &str = "fe_rwsem_read";
+    /// fexit of `rwsem_down_read_slowpath`.
+    pub const FX_RWSEM_READ: &str = "fx_rwsem_read";
+    /// fentry of `rwsem_down_write_slowpath`.
+    pub const FE_RWSEM_WRITE: &str = "fe_rwsem_write";
+    /// fexit of `rwsem_down_write_slowpath`.
+    pub const FX_RWSEM_WRITE: &str = "fx_rwsem_write";
+    /// fentry of `queued_read_lock_slowpath`.
+    pub const FE_RWLOCK_READ: &str = "fe_rwlock_read";
+    /// fexit of `queued_read_lock_slowpath`.
+    pub const FX_RWLOCK_READ: &str = "fx_rwlock_read";
+    /// fentry of `queued_write_lock_slowpath`.
+    pub const FE_RWLOCK_WRITE: &str = "fe_rwlock_write";
+    /// fexit of `queued_write_lock_slowpath`.
+    pub const FX_RWLOCK_WRITE: &str = "fx_rwlock_write";
+
+    /// kprobe on any release function.
+    pub const KP_RELEASE: &str = "kp_release";
+    /// fentry on `mutex_unlock`.
+    pub const FR_MUTEX_UNLOCK: &str = "fr_mutex_unlock";
+    /// fentry on `up_read`.
+    pub const FR_UP_READ: &str = "fr_up_read";
+    /// fentry on `up_write`.
+    pub const FR_UP_WRITE: &str = "fr_up_write";
+    /// fentry on `_raw_read_unlock`.
+    pub const FR_READ_UNLOCK: &str = "fr_read_unlock";
+    /// fentry on `_raw_write_unlock`.
+    pub const FR_WRITE_UNLOCK: &str = "fr_write_unlock";
+    /// fentry on `_raw_read_unlock_irq`.
+    pub const FR_READ_UNLOCK_IRQ: &str = "fr_read_unlock_irq";
+    /// fentry on `_raw_write_unlock_irq`.
+    pub const FR_WRITE_UNLOCK_IRQ: &str = "fr_write_unlock_irq";
+    /// fentry on `_raw_read_unlock_irqrestore`.
+    pub const FR_READ_UNLOCK_IRQRESTORE: &str = "fr_read_unlock_irqrestore";
+    /// fentry on `_raw_write_unlock_irqrestore`.
+    pub const FR_WRITE_UNLOCK_IRQRESTORE: &str = "fr_write_unlock_irqrestore";
+    /// fentry on `_raw_read_unlock_bh`.
+    pub const FR_READ_UNLOCK_BH: &str = "fr_read_unlock_bh";
+    /// fentry on `_raw_write_unlock_bh`.
+    pub const FR_WRITE_UNLOCK_BH: &str = "fr_write_unlock_bh";
+
+    /// fentry on `yield_to`.
+    pub const FE_YIELD_TO: &str = "fe_yield_to";
+    /// fexit of `yield_to`.
+    pub const FX_YIELD_TO: &str = "fx_yield_to";
+    /// kprobe on `yield_to`.
+    pub const KP_YIELD_TO: &str = "kp_yield_to";
+    /// kretprobe of `yield_to`.
+    pub const KRP_YIELD_TO: &str = "krp_yield_to";
+
+    /// Every program of the product object.
+    pub const ALL: &[&str] = &[
+        BEGIN_BTF,
+        END_BTF,
+        BEGIN_TP,
+        END_TP,
+        KP_MUTEX,
+        KP_RWSEM_READ,
+        KP_RWSEM_WRITE,
+        KP_RWLOCK_READ,
+        KP_RWLOCK_WRITE,
+        KRP_SLEEP,
+        KRP_SPIN,
+        FE_MUTEX,
+        FX_MUTEX,
+        FE_MUTEX_KILLABLE,
+        FX_MUTEX_KILLABLE,
+        FE_MUTEX_INTERRUPTIBLE,
+        FX_MUTEX_INTERRUPTIBLE,
+        FE_RWSEM_READ,
+        FX_RWSEM_READ,
+        FE_RWSEM_WRITE,
+        FX_RWSEM_WRITE,
+        FE_RWLOCK_READ,
+        FX_RWLOCK_READ,
+        FE_RWLOCK_WRITE,
+        FX_RWLOCK_WRITE,
+        KP_RELEASE,
+        FR_MUTEX_UNLOCK,
+        FR_UP_READ,
+        FR_UP_WRITE,
+        FR_READ_UNLOCK,
+        FR_WRITE_UNLOCK,
+        FR_READ_UNLOCK_IRQ,
+        FR_WRITE_UNLOCK_IRQ,
+        FR_READ_UNLOCK_IRQRESTORE,
+        FR_WRITE_UNLOCK_IRQRESTORE,
+        FR_READ_UNLOCK_BH,
+        FR_WRITE_UNLOCK_BH,
+        FE_YIELD_TO,
+        FX_YIELD_TO,
+        KP_YIELD_TO,
+        KRP_YIELD_TO,
+    ];
+}
+
+/// The benchmark floor (only in objects built with the `floor` feature).
+pub mod floor {
+    /// Counts per CPU.
+    pub const MAP: &str = "FLOOR";
+    /// `tp_btf/contention_begin`, counting only.
+    pub const BEGIN_BTF: &str = "floor_begin_btf";
+    /// `tp_btf/contention_end`, counting only.
+    pub const END_BTF: &str = "floor_end_btf";
+}

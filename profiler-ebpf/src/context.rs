@@ -1,0 +1,96 @@
+//! What every program needs: counters, the re-entrancy guard, the current
+//! task, the process filter.
+//!
+//! Per-CPU slots are updated with plain loads and stores. Tracepoint and
+//! kprobe programs run with preemption disabled, so nothing else on the CPU
+//! touches the slot meanwhile. fentry/fexit programs run with migration
+//! disabled but may be preempted (fully preemptible kernels): another task's
+//! program on the same CPU can then interleave and one counter increment or
+//! budget update can be lost. The slot itself stays valid (per-CPU array
+//! values live as long as the map), so that is a miscount, never a bad access.
+
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
+use profiler_common::{Config, counter};
+
+use crate::maps::{BUSY, CONFIG, COUNTERS, TGID_FILTER};
+
+/// Adds one to a per-CPU counter; returns true the first time it moves off
+/// zero on this CPU, so failure paths can log once without flooding.
+#[inline(always)]
+pub fn count(idx: u32) -> bool {
+    match COUNTERS.get_ptr_mut(idx) {
+        Some(slot) => {
+            // SAFETY: the pointer comes from a successful per-CPU array lookup
+            // of a valid index and stays valid for the map's lifetime; see the
+            // module comment for what concurrent updates can do.
+            unsafe {
+                *slot += 1;
+                *slot == 1
+            }
+        }
+        None => false,
+    }
+}
+
+/// Runs `f` unless another lockprof program is already running on this CPU
+/// (a lock taken inside our own map or ring-buffer operations). Only for
+/// programs that run with preemption disabled (tracepoints, kprobes): a
+/// preempted holder would make other tasks' programs skip their work.
+#[inline(always)]
+pub fn guarded(f: impl FnOnce() -> Result<u32, u32>) -> Result<u32, u32> {
+    let Some(busy) = BUSY.get_ptr_mut(0) else {
+        return Err(0);
+    };
+    // SAFETY: this CPU's slot from a successful lookup; the callers run with
+    // preemption disabled, so nothing else on this CPU touches it meanwhile
+    // except a nested program, which is what the flag detects.
+    unsafe {
+        if *busy != 0 {
+            count(counter::REENTERED);
+            return Ok(0);
+        }
+        *busy = 1;
+    }
+    let r = f();
+    // SAFETY: as above.
+    unsafe { *busy = 0 };
+    r
+}
+
+/// The running thread: tid, tgid and CPU.
+#[derive(Copy, Clone)]
+pub struct Ids {
+    /// Thread id (0 for the idle tasks).
+    pub tid: u32,
+    /// Process id.
+    pub tgid: u32,
+    /// CPU.
+    pub cpu: u32,
+}
+
+impl Ids {
+    /// The current task.
+    #[inline(always)]
+    pub fn current() -> Ids {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        // SAFETY: helper without preconditions.
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        Ids { tid: pid_tgid as u32, tgid: (pid_tgid >> 32) as u32, cpu }
+    }
+}
+
+/// Whether `tgid` passes the `--pid` filter.
+#[inline(always)]
+pub fn wanted(cfg: &Config, tgid: u32) -> bool {
+    if cfg.filter_tgid == 0 {
+        return true;
+    }
+    // SAFETY: the value is a plain u8 and is only read.
+    unsafe { TGID_FILTER.get(tgid).is_some() }
+}
+
+/// The configuration userspace wrote before loading.
+#[inline(always)]
+pub fn config() -> Config {
+    CONFIG.load()
+}

@@ -1,0 +1,87 @@
+//! Every map of the object and the `CONFIG` global. Names are the
+//! identifiers; userspace spells them through `profiler_common::names`, and
+//! a profiler unit test checks that both agree.
+
+use aya_ebpf::{
+    Global,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+};
+use profiler_common::{
+    AggKey, AggVal, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES,
+    HoldKey, HoldStart, PendingWait, StackBudget, TGID_FILTER_ENTRIES, TaskWait, YIELD_PENDING_ENTRIES, YieldStart,
+    counter,
+};
+
+/// Filters and knobs, written by userspace before load.
+#[unsafe(no_mangle)]
+pub static CONFIG: Global<Config> = Global::new(Config::DEFAULT);
+
+/// Records for userspace.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
+
+/// Waits that may sleep, keyed by `task_key`. Entries stay resident (idle
+/// when `lock_addr == 0`) and are reused; userspace deletes those of exited
+/// tasks every interval. (An LRU map was tried: it evicted entries of tasks
+/// sleeping in a wait under fork-storm churn, losing those waits.)
+#[map]
+pub static PENDING: HashMap<u64, TaskWait> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+
+/// Pure spinning waits, per CPU (free when `lock_addr == 0`).
+#[map]
+pub static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(1, 0);
+
+/// Aggregate mode: two per-CPU maps, one active (written by the programs)
+/// while userspace drains the other; `ACTIVE[0]` says which.
+#[map]
+pub static AGG_A: PerCpuHashMap<AggKey, AggVal> = PerCpuHashMap::with_max_entries(DEFAULT_AGG_ENTRIES, 0);
+/// The second aggregate map.
+#[map]
+pub static AGG_B: PerCpuHashMap<AggKey, AggVal> = PerCpuHashMap::with_max_entries(DEFAULT_AGG_ENTRIES, 0);
+/// Index of the aggregate map the programs write.
+#[map]
+pub static ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
+/// An all-zero aggregate value, never written: the initial value of a new
+/// aggregate key (too big for the 512-byte BPF stack).
+#[map]
+pub static AGG_ZERO: Array<AggVal> = Array::with_max_entries(1, 0);
+
+/// `HOLD_ON[0]` is set by userspace once release probes are attached:
+/// contended acquisitions then start hold tracking.
+#[map]
+pub static HOLD_ON: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Holds in progress of contended acquisitions.
+#[map]
+pub static HOLDS: HashMap<HoldKey, HoldStart> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+
+/// Nesting depth of probed spinning slowpaths on this CPU (kretprobes do not
+/// see the lock, so nested irq entries must be told apart from the outer one).
+#[map]
+pub static SPIN_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU stack walk budget.
+#[map]
+pub static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1, 0);
+
+/// Kernel stacks captured when waits begin.
+#[map]
+pub static STACKS: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_ENTRIES, 0);
+
+/// Per-CPU counters, indexed by `profiler_common::counter`.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Per-CPU re-entrancy guard of the programs that run with preemption
+/// disabled (tracepoints, kprobes): non-zero while one runs on this CPU.
+#[map]
+pub static BUSY: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// `yield_to` calls in progress, by yielding thread.
+#[map]
+pub static YIELD_PENDING: HashMap<u32, YieldStart> = HashMap::with_max_entries(YIELD_PENDING_ENTRIES, 0);
+
+/// Processes to record when `Config::filter_tgid` is set.
+#[map]
+pub static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(TGID_FILTER_ENTRIES, 0);

@@ -1,0 +1,248 @@
+//! A wait's begin and end, shared by every wait backend, and what happens
+//! once the lock is acquired (account the wait, start timing the hold).
+
+use aya_ebpf::{EbpfContext, bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext};
+use aya_log_ebpf::warn;
+use profiler_common::{
+    AggKey, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey, HoldStart, LockType,
+    MODE_AGGREGATE, PendingWait, TaskWait, counter, is_spinning, task_key,
+};
+
+use crate::{
+    aggregate::aggregate,
+    context::{Ids, config, count, wanted},
+    maps::{HOLD_ON, HOLDS, PENDING, SPIN_DEPTH, SPIN_PENDING},
+    ringbuf,
+    stack::stack_for,
+};
+
+/// Starts (or merges into) a wait in `slot`; returns true if the caller
+/// should capture a stack and fill the slot.
+#[inline(always)]
+fn merge_begin(slot: &mut PendingWait, lock_addr: u64, flags: u32) -> bool {
+    if slot.lock_addr == 0 {
+        return true;
+    }
+    if slot.lock_addr == lock_addr {
+        // Mutex: optimistic spin, then sleep. Keep the first timestamp.
+        slot.flags |= flags;
+        count(counter::REPEATED_BEGIN);
+    } else {
+        // Contention on another lock inside this wait: irq nesting or
+        // qrwlock's internal wait_lock. Measure the outer wait only.
+        count(counter::NESTED);
+    }
+    false
+}
+
+/// The task's resident entry in `PENDING`, if it has one.
+#[inline(always)]
+fn task_entry(key: u64) -> Option<&'static mut TaskWait> {
+    // SAFETY: a live map value owned by this task (or, for tid 0, this CPU):
+    // only this task's programs read or write it, and entries stay resident
+    // (userspace deletes only idle entries of exited threads).
+    PENDING.get_ptr_mut(key).map(|t| unsafe { &mut *t })
+}
+
+/// A wait begins (`contention_begin`, or a probed slowpath's entry).
+#[inline(always)]
+pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
+    let cfg = config();
+    if lock_addr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
+        return Ok(0);
+    }
+    let ids = Ids::current();
+    if !wanted(&cfg, ids.tgid) {
+        return Ok(0);
+    }
+    let key = task_key(ids.tid, ids.cpu);
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let wait = |stack_id| PendingWait { begin_ns: now, lock_addr, flags, stack_id, tgid: ids.tgid, tid: ids.tid };
+
+    if is_spinning(flags) {
+        let slot = SPIN_PENDING.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: this CPU's slot; a spinning waiter has preemption disabled
+        // (the lock's own fast path disabled it), so nothing else on this
+        // CPU but a nested program touches it, which merge_begin handles.
+        let slot = unsafe { &mut *slot };
+        if merge_begin(slot, lock_addr, flags) {
+            // The task entry only remembers or supplies a reusable stack.
+            let id = stack_for(ctx, &cfg, now, lock_addr, flags, task_entry(key));
+            *slot = wait(id);
+        }
+        return Ok(0);
+    }
+
+    if let Some(entry) = task_entry(key) {
+        if merge_begin(&mut entry.wait, lock_addr, flags) {
+            let id = stack_for(ctx, &cfg, now, lock_addr, flags, Some(&mut *entry));
+            entry.wait = wait(id);
+        }
+        return Ok(0);
+    }
+    // First contention of this task: one insert for its lifetime.
+    let mut entry = TaskWait::default();
+    let id = stack_for(ctx, &cfg, now, lock_addr, flags, Some(&mut entry));
+    entry.wait = wait(id);
+    if let Err(e) = PENDING.insert(key, entry, u64::from(BPF_NOEXIST)) {
+        if count(counter::PENDING_FULL) {
+            warn!(ctx, "lockprof: pending-wait map insert failed: {}", e);
+        }
+        return Err(0);
+    }
+    Ok(0)
+}
+
+/// Takes the wait on `lock_addr` out of the per-CPU or per-task slot.
+#[inline(always)]
+fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
+    // Whether some wait is pending here: then an end we cannot match is the
+    // end of a nested wait that begin skipped, not an end without a begin.
+    let mut busy = false;
+    if let Some(slot) = SPIN_PENDING.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; see on_begin.
+        let slot = unsafe { &mut *slot };
+        if slot.lock_addr == lock_addr {
+            let p = *slot;
+            slot.lock_addr = 0;
+            return Some(p);
+        }
+        busy = slot.lock_addr != 0;
+    }
+    if let Some(entry) = task_entry(key) {
+        let w = &mut entry.wait;
+        if w.lock_addr == lock_addr {
+            let p = *w;
+            w.lock_addr = 0;
+            return Some(p);
+        }
+        busy |= w.lock_addr != 0;
+    }
+    if !busy {
+        unmatched_end();
+    }
+    None
+}
+
+/// An end whose begin was not seen (expected with filters on, not counted then).
+#[inline(always)]
+fn unmatched_end() {
+    if !config().filtering() {
+        count(counter::END_WITHOUT_BEGIN);
+    }
+}
+
+/// A wait ends (`contention_end`).
+#[inline(always)]
+pub fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
+    let ids = Ids::current();
+    if let Some(pending) = take_pending(lock_addr, task_key(ids.tid, ids.cpu)) {
+        complete(ctx, &pending, ids);
+    }
+    Ok(0)
+}
+
+/// A record of the wait (or hold) in `p`, ended at `now`.
+#[inline(always)]
+pub fn record(kind: u32, p: &PendingWait, ids: Ids, now: u64) -> ContentionEvent {
+    ContentionEvent {
+        kind,
+        cpu: ids.cpu,
+        lock_addr: p.lock_addr,
+        wait_ns: now.saturating_sub(p.begin_ns),
+        end_ns: now,
+        tid: ids.tid,
+        tgid: ids.tgid,
+        flags: p.flags,
+        stack_id: p.stack_id,
+        comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
+    }
+}
+
+/// A wait ended with the lock acquired: account it (stream or aggregate)
+/// and, when release probes are attached, start timing the hold.
+#[inline(always)]
+fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if HOLD_ON.get(0).is_some_and(|v| *v != 0) {
+        let key = HoldKey { lock_addr: pending.lock_addr, tid: ids.tid, _pad: 0 };
+        let start = HoldStart { start_ns: now, flags: pending.flags, stack_id: pending.stack_id };
+        if HOLDS.insert(key, start, 0).is_err() && count(counter::HOLD_MAP_FULL) {
+            warn!(ctx, "lockprof: hold map full");
+        }
+    }
+    let cfg = config();
+    if cfg.mode != MODE_AGGREGATE {
+        ringbuf::send(ctx, record(EVENT_CONTENTION, pending, ids, now));
+        return;
+    }
+    let wait = now.saturating_sub(pending.begin_ns);
+    let key = AggKey {
+        lock_addr: pending.lock_addr,
+        tid: ids.tid,
+        tgid: ids.tgid,
+        flags: pending.flags,
+        stack_id: pending.stack_id,
+    };
+    if !aggregate(&key, wait) {
+        if count(counter::AGG_FULL) {
+            warn!(ctx, "lockprof: aggregate map full, streaming instead");
+        }
+        ringbuf::send(ctx, record(EVENT_AGG_OVERFLOW, pending, ids, now));
+    } else if cfg.outlier_ns != 0 && wait >= cfg.outlier_ns {
+        count(counter::OUTLIERS);
+        ringbuf::send(ctx, record(EVENT_OUTLIER, pending, ids, now));
+    }
+}
+
+/// Entry of a probed slowpath (kprobe/fentry wait backends). Spinning
+/// slowpaths run with preemption disabled (their lock's fast path disabled
+/// it), so their per-CPU nesting depth is exact.
+#[inline(always)]
+pub fn probe_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
+    if is_spinning(flags) {
+        let depth = SPIN_DEPTH.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: this CPU's slot; preemption is disabled on this path.
+        let d = unsafe { &mut *depth };
+        *d += 1;
+        if *d > 1 {
+            count(counter::NESTED);
+            return Ok(0);
+        }
+    }
+    on_begin(ctx, lock_addr, flags)
+}
+
+/// Return of a probed slowpath: the wait it began is over.
+#[inline(always)]
+pub fn probe_end<C: EbpfContext>(ctx: &C, spinning: bool) -> Result<u32, u32> {
+    let ids = Ids::current();
+    let pending = if spinning {
+        let depth = SPIN_DEPTH.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: this CPU's slot; preemption is disabled on this path.
+        let d = unsafe { &mut *depth };
+        *d = d.saturating_sub(1);
+        if *d != 0 {
+            return Ok(0);
+        }
+        let slot = SPIN_PENDING.get_ptr_mut(0).ok_or(0u32)?;
+        // SAFETY: as above.
+        let slot = unsafe { &mut *slot };
+        let p = *slot;
+        slot.lock_addr = 0;
+        p
+    } else {
+        let entry = task_entry(task_key(ids.tid, ids.cpu)).ok_or(0u32)?;
+        let p = entry.wait;
+        entry.wait.lock_addr = 0;
+        p
+    };
+    if pending.lock_addr == 0 {
+        unmatched_end();
+        return Ok(0);
+    }
+    complete(ctx, &pending, ids);
+    Ok(0)
+}

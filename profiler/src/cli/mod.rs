@@ -1,0 +1,154 @@
+//! The command line: clap at the edge ([`args`]), and the conversions from
+//! parsed arguments into the library's options, done once here.
+
+mod args;
+pub mod values;
+
+pub use args::{
+    Cli, Command, DoctorArgs, FlamegraphArgs, RecordArgs, ReportArgs, SessionArgs, StressArgs, TopArgs, ViewArgs,
+};
+
+use crate::{
+    ebpf::{BackendChoice, LoadOptions},
+    model::type_name,
+    pipeline::Limits,
+    query::Query,
+    report::ReportOptions,
+    session::{Mode, SessionOptions, defaults},
+};
+
+/// Bad input from the user: exit status 2, nothing attached.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+impl SessionArgs {
+    /// Options that only mean something when recording live, given with
+    /// values other than their defaults.
+    pub fn live_only_changes(&self) -> Vec<&'static str> {
+        [
+            ("--pid", !self.pid.is_empty()),
+            ("--backend", self.backend != BackendChoice::Auto),
+            ("--no-yield-to", self.no_yield_to),
+            ("--mode", self.mode != Mode::Aggregate),
+            ("--outlier-us", self.outlier_us != defaults::OUTLIER_US),
+            ("--stack-rate", self.stack_rate != defaults::STACK_RATE),
+            ("--ringbuf-mb", self.ringbuf_mb != defaults::RINGBUF_MB),
+            ("--stack-map-size", self.stack_map_size != defaults::STACK_MAP_SIZE),
+            ("--max-callers", self.max_callers != defaults::MAX_CALLERS),
+        ]
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
+    }
+}
+
+impl TryFrom<&SessionArgs> for SessionOptions {
+    type Error = UsageError;
+
+    /// Validates the arguments (bad ones fail before anything is attached).
+    fn try_from(a: &SessionArgs) -> Result<SessionOptions, UsageError> {
+        for pid in &a.pid {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(UsageError(format!("--pid {pid}: no such process")));
+            }
+        }
+        if !a.ringbuf_mb.is_power_of_two() || a.ringbuf_mb > 1024 {
+            return Err(UsageError(format!("--ringbuf-mb must be a power of two up to 1024, not {}", a.ringbuf_mb)));
+        }
+        if a.stack_map_size == 0 || a.max_callers == 0 {
+            return Err(UsageError("--stack-map-size and --max-callers must be positive".into()));
+        }
+        let mut filters = Vec::new();
+        if !a.pid.is_empty() {
+            filters.push(format!("pid={}", a.pid.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+        }
+        if !a.types.is_empty() {
+            filters.push(format!("type={}", a.types.iter().map(|t| type_name(*t)).collect::<Vec<_>>().join(",")));
+        }
+        let mut o = SessionOptions {
+            load: LoadOptions {
+                backend: a.backend,
+                tgids: a.pid.clone(),
+                ringbuf_bytes: a.ringbuf_mb << 20,
+                stack_entries: a.stack_map_size,
+                yield_to: !a.no_yield_to,
+                ..LoadOptions::default()
+            },
+            limits: Limits { max_callers: a.max_callers, ..Limits::default() },
+            filters,
+            ..SessionOptions::default()
+        };
+        let c = &mut o.load.config;
+        c.type_mask = if a.types.is_empty() { u32::MAX } else { a.types.iter().fold(0, |m, t| m | t.bit()) };
+        c.filter_tgid = u32::from(!a.pid.is_empty());
+        c.outlier_ns = a.outlier_us.saturating_mul(1000);
+        o.set_mode(a.mode);
+        o.set_stack_rate(a.stack_rate);
+        Ok(o)
+    }
+}
+
+impl From<&ViewArgs> for ReportOptions {
+    fn from(v: &ViewArgs) -> ReportOptions {
+        ReportOptions {
+            format: v.format,
+            by: v.by,
+            query: Query { sort: v.sort, top: v.top, lock: v.lock.clone(), ..Query::default() },
+            callers_per_lock: v.callers,
+            separator: v.separator,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+    use profiler_common::LockType;
+
+    use super::*;
+
+    fn session(args: &[&str]) -> Result<SessionOptions, UsageError> {
+        let cli = Cli::try_parse_from(["lockprof", "record"].iter().chain(args)).expect("parse");
+        let Command::Record(r) = cli.command else { panic!("not record") };
+        SessionOptions::try_from(&r.session)
+    }
+
+    #[test]
+    fn defaults_are_the_recommended_options() {
+        let o = session(&[]).expect("defaults");
+        let r = SessionOptions::recommended();
+        assert_eq!(o.load.config, r.load.config);
+        assert_eq!(o.limits, r.limits);
+        assert_eq!(o.mode(), Mode::Aggregate);
+        assert!(o.load.yield_to && o.filters.is_empty());
+    }
+
+    #[test]
+    fn arguments_reach_the_options() {
+        let o = session(&["--type", "mutex,rwlock", "--mode", "stream", "--stack-rate", "25", "--no-yield-to"])
+            .expect("options");
+        assert_eq!(o.load.config.type_mask, LockType::Mutex.bit() | LockType::Rwlock.bit());
+        assert_eq!(o.mode(), Mode::Stream);
+        assert_eq!(o.load.config.stacks_per_window, 3, "25/s is 3 per 100 ms window, rounded up");
+        assert!(!o.load.yield_to, "--no-yield-to turns yield_to off");
+        assert_eq!(o.filters, ["type=mutex,rwlock"]);
+        assert!(session(&["--ringbuf-mb", "3"]).is_err());
+        assert!(session(&["--pid", "999999999"]).is_err_and(|e| e.0.contains("no such process")));
+    }
+
+    #[test]
+    fn top_and_flamegraph_build_the_same_options_as_record() {
+        let args = ["--mode", "stream", "--no-yield-to", "--stack-rate", "0"];
+        let rec = session(&args).expect("record");
+        let cli = Cli::try_parse_from(["lockprof", "top"].iter().chain(&args)).expect("top");
+        let Command::Top(t) = cli.command else { panic!("not top") };
+        let top = SessionOptions::try_from(&t.session).expect("top options");
+        assert_eq!(top.load.config, rec.load.config);
+        assert_eq!(top.load.yield_to, rec.load.yield_to);
+        let cli = Cli::try_parse_from(["lockprof", "flamegraph", "--duration", "1"].iter().chain(&args)).expect("fg");
+        let Command::Flamegraph(f) = cli.command else { panic!("not flamegraph") };
+        assert_eq!(SessionOptions::try_from(&f.session).expect("fg options").load.config, rec.load.config);
+        assert_eq!(f.session.live_only_changes(), ["--no-yield-to", "--mode", "--stack-rate"]);
+    }
+}

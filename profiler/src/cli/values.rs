@@ -1,0 +1,155 @@
+//! How command-line words become library values: clap's `ValueEnum` for the
+//! library's enums (whose names they own), and the value parsers every
+//! subcommand shares (one duration parser, one type-list parser).
+
+use clap::{ValueEnum, builder::PossibleValue};
+use profiler_common::LockType;
+
+use crate::{
+    ebpf::BackendChoice,
+    export::Metric,
+    model::{parse_type, type_name},
+    query::SortKey,
+    report::{By, Format},
+    session::Mode,
+    workload::Workload,
+};
+
+/// `ValueEnum` for a library enum with `name()`: its variants and their help.
+macro_rules! value_enum {
+    ($t:ty { $($v:path => $help:literal),* $(,)? }) => {
+        impl ValueEnum for $t {
+            fn value_variants<'a>() -> &'a [Self] {
+                &[$($v),*]
+            }
+
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                Some(PossibleValue::new(self.name()).help(match self {
+                    $($v => $help,)*
+                }))
+            }
+        }
+    };
+}
+
+value_enum!(BackendChoice {
+    BackendChoice::Auto => "tp_btf, tracepoint, fentry, kprobe: the first that attaches",
+    BackendChoice::TpBtf => "BTF-typed raw tracepoints lock:contention_{begin,end} (no tracefs needed)",
+    BackendChoice::Tracepoint => "classic tracepoints lock:contention_{begin,end} through tracefs",
+    BackendChoice::Fentry => "fentry/fexit on the lock slowpaths (BPF trampolines)",
+    BackendChoice::Kprobe => "kprobe/kretprobe on the lock slowpaths",
+});
+
+value_enum!(Mode {
+    Mode::Aggregate => "fold waits into per-CPU maps in the kernel, drained every second (lowest overhead)",
+    Mode::Stream => "send every wait through the ring buffer",
+});
+
+value_enum!(Format {
+    Format::Text => "a table like perf lock contention",
+    Format::Json => "the stable JSON schema (README)",
+    Format::Csv => "comma-separated values with a header row",
+    Format::Pprof => "gzipped pprof profile.proto (binary): go tool pprof, Pyroscope, Parca",
+});
+
+value_enum!(By {
+    By::Lock => "one row per lock, top callers nested",
+    By::Caller => "one row per (lock, caller stack)",
+    By::Task => "one row per waiting thread",
+    By::YieldCaller => "KVM directed yield: one row per yield_to call path",
+    By::YieldPair => "KVM directed yield: one row per (yielding thread, target)",
+});
+
+value_enum!(SortKey {
+    SortKey::Contended => "number of contentions",
+    SortKey::WaitTotal => "total wait time",
+    SortKey::WaitMax => "longest wait",
+    SortKey::WaitAvg => "mean wait",
+    SortKey::WaitP99 => "99th percentile wait",
+});
+
+value_enum!(Metric {
+    Metric::Wait => "total wait time (ns)",
+    Metric::Hold => "total hold time (ns), where releases are probed",
+    Metric::Count => "number of contentions",
+    Metric::Yield => "KVM directed yield: yield_to latency (ns) by caller",
+});
+
+value_enum!(Workload {
+    Workload::Pipe => "writers on one pipe (the pipe mutex), one reader draining it",
+    Workload::Fork => "threads looping fork / _exit / waitpid (tasklist_lock, mmap_lock)",
+    Workload::Unlink => "threads creating and unlinking files in one directory (its i_rwsem)",
+    Workload::Prio => "getpriority(PRIO_PGRP) readers against a forker (tasklist_lock read side)",
+    Workload::Mmap => "mmap/munmap loops against page-faulting threads (mmap_lock)",
+    Workload::Pgrp => "setpgid(0, 0) loops against kill(0, 0) loops (tasklist_lock)",
+});
+
+/// A lock type (`--type` word, or a common alias).
+pub fn lock_type(s: &str) -> Result<LockType, String> {
+    parse_type(s).ok_or_else(|| {
+        let known: Vec<&str> = LockType::ALL.iter().map(|t| type_name(*t)).collect();
+        format!("unknown lock type {s:?}; known types: {}", known.join(", "))
+    })
+}
+
+/// A positive, finite number of seconds.
+pub fn seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("must be a positive number of seconds, not {s:?}")),
+    }
+}
+
+/// A refresh interval: at least 0.1 seconds.
+pub fn interval(s: &str) -> Result<f64, String> {
+    match seconds(s) {
+        Ok(v) if v >= 0.1 => Ok(v),
+        _ => Err(format!("must be at least 0.1 seconds, not {s:?}")),
+    }
+}
+
+/// A thread count: 1 to 1024.
+pub fn threads(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if (1..=1024).contains(&v) => Ok(v),
+        _ => Err(format!("must be a whole number from 1 to 1024, not {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_library_value_round_trips_through_its_name() {
+        fn check<T: ValueEnum + PartialEq + std::fmt::Debug>() {
+            for v in T::value_variants() {
+                let name = v.to_possible_value().expect("named").get_name().to_string();
+                assert_eq!(T::from_str(&name, false).as_ref(), Ok(v), "{name}");
+            }
+        }
+        check::<BackendChoice>();
+        check::<Mode>();
+        check::<Format>();
+        check::<By>();
+        check::<SortKey>();
+        check::<Metric>();
+        check::<Workload>();
+        assert_eq!(BackendChoice::value_variants().len(), BackendChoice::ALL.len());
+        assert_eq!(Workload::value_variants().len(), Workload::ALL.len());
+    }
+
+    #[test]
+    fn parsers_reject_what_makes_no_sense() {
+        assert_eq!(seconds("2.5"), Ok(2.5));
+        for bad in ["0", "-1", "nan", "inf", "x", ""] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+        assert!(interval("0.05").is_err());
+        assert_eq!(interval("0.1"), Ok(0.1));
+        assert!(threads("0").is_err() && threads("1025").is_err() && threads("-2").is_err());
+        assert_eq!(threads("4"), Ok(4));
+        assert_eq!(lock_type("rwlock_t"), Ok(LockType::Rwlock));
+        assert!(lock_type("semaphore").is_err_and(|e| e.contains("known types: unknown, spinlock")));
+    }
+}

@@ -1,0 +1,41 @@
+//! The overhead floor of `cargo xtask bench` (feature `bench`): programs on
+//! the same tracepoints that only count. Never in the product binary.
+
+use aya::{Btf, Ebpf, EbpfLoader, maps::PerCpuArray, programs::BtfTracePoint};
+use profiler_common::names::floor;
+
+use super::{LoadError, check_privileges, error_chain, object::bump_memlock, object_bytes, probes::program};
+
+/// The counting-only tp_btf programs, attached.
+pub struct FloorProbes {
+    ebpf: Ebpf,
+}
+
+impl FloorProbes {
+    /// Loads and attaches the counting-only programs.
+    pub fn attach() -> Result<FloorProbes, LoadError> {
+        if let Some(msg) = check_privileges().missing() {
+            return Err(LoadError::Privileges(msg));
+        }
+        bump_memlock();
+        let mut ebpf = EbpfLoader::new().load(object_bytes()).map_err(|e| LoadError::Object(Box::new(e)))?;
+        let fail = |e: String| LoadError::NoBackend(vec![("floor".into(), e)]);
+        let btf = Btf::from_sys_fs().map_err(|e| fail(e.to_string()))?;
+        for (name, tp) in [(floor::END_BTF, "contention_end"), (floor::BEGIN_BTF, "contention_begin")] {
+            let p: &mut BtfTracePoint = program(&mut ebpf, name).map_err(fail)?;
+            p.load(tp, &btf).map_err(|e| fail(error_chain(&e)))?;
+            p.attach().map_err(|e| fail(error_chain(&e)))?;
+        }
+        Ok(FloorProbes { ebpf })
+    }
+
+    /// Tracepoint hits counted so far (begin + end).
+    pub fn count(&self) -> u64 {
+        self.ebpf
+            .map(floor::MAP)
+            .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+            .and_then(|a| a.get(&0, 0).ok())
+            .map(|v| v.iter().sum())
+            .unwrap_or(0)
+    }
+}

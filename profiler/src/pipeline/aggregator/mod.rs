@@ -1,0 +1,232 @@
+//! The aggregator: pure, kernel-free folding of records into per-lock,
+//! per-caller-stack and per-task statistics with bounded memory. It owns its
+//! run loop ([`run`]): records in through a bounded channel, snapshots out
+//! on an interval.
+
+mod run;
+mod tables;
+
+use std::sync::Arc;
+
+use profiler_common::{AggKey, AggVal, ContentionEvent, HIST_BUCKETS, YieldEvent, hist_bucket_low};
+use rustc_hash::FxHashMap;
+
+pub use run::{Control, Handle, Msg, spawn};
+pub use tables::{
+    KernelStatus, Limits, LockAgg, LockKey, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot, TaskAgg, YieldAgg,
+    YieldPairAgg, YieldPairKey, capped,
+};
+
+use super::record::Record;
+use crate::{
+    model::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats, YieldStats},
+    symbols::OVERFLOW_STACK,
+};
+
+/// The row of lock `key`, or the overflow row when the lock cap is reached
+/// (then the flag is true).
+fn lock_row<'a>(
+    locks: &'a mut FxHashMap<LockKey, Arc<LockAgg>>,
+    limits: &Limits,
+    key: LockKey,
+) -> (&'a mut LockAgg, bool) {
+    let (key, overflow) = capped(locks, key, limits.max_locks, LockKey::OVERFLOW);
+    let row = locks.entry(key).or_insert_with(|| {
+        Arc::new(LockAgg {
+            wait: Stats::new(LOCK_SIGFIG),
+            callers: FxHashMap::default(),
+            hold: None,
+            hold_callers: FxHashMap::default(),
+        })
+    });
+    (Arc::make_mut(row), overflow)
+}
+
+/// The caller slot of `stack_id` in `lock`, created empty if new, or the
+/// overflow stack's when the caller cap is reached (then the flag is true).
+fn caller_slot(lock: &mut LockAgg, callers: &mut usize, max_callers: usize, stack_id: i32) -> (i32, bool) {
+    if lock.callers.contains_key(&stack_id) {
+        return (stack_id, false);
+    }
+    let overflow = *callers >= max_callers;
+    let sid = if overflow { OVERFLOW_STACK } else { stack_id };
+    if let std::collections::hash_map::Entry::Vacant(e) = lock.callers.entry(sid) {
+        *callers += 1;
+        e.insert(Arc::new(Stats::new(DETAIL_SIGFIG)));
+    }
+    (sid, overflow)
+}
+
+/// Who waited, from where.
+#[derive(Clone, Copy)]
+struct Waiter<'a> {
+    stack_id: i32,
+    tid: u32,
+    tgid: u32,
+    comm: &'a [u8; 16],
+}
+
+/// Folds records into a [`Snapshot`].
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    state: Snapshot,
+    limits: Limits,
+    callers: usize,
+}
+
+impl Aggregator {
+    /// An empty aggregator with the given key limits.
+    pub fn new(limits: Limits) -> Self {
+        Aggregator { state: Snapshot::default(), limits, callers: 0 }
+    }
+
+    /// Folds one record.
+    pub fn apply(&mut self, r: &Record) {
+        match r {
+            Record::Wait(ev) => self.ingest(ev),
+            Record::Outlier(ev) => self.note_slow(ev),
+            Record::Hold(ev) => self.ingest_hold(ev),
+            Record::Yield(y) => self.ingest_yield(y),
+        }
+    }
+
+    /// Adds one completed wait (streamed, or found open at stop).
+    pub fn ingest(&mut self, ev: &ContentionEvent) {
+        self.note_slow(ev);
+        let who = Waiter { stack_id: ev.stack_id, tid: ev.tid, tgid: ev.tgid, comm: &ev.comm };
+        self.fold(LockKey::of(ev), &who, 1, |s| s.record(ev.wait_ns));
+    }
+
+    /// Adds one `yield_to` call.
+    pub fn ingest_yield(&mut self, ev: &YieldEvent) {
+        let limits = self.limits;
+        let y = Arc::make_mut(&mut self.state.yields);
+        y.total.record(ev.ret, ev.latency_ns);
+        let (sid, caller_overflow) = capped(&y.callers, ev.stack_id, limits.max_callers, OVERFLOW_STACK);
+        y.callers.entry(sid).or_default().record(ev.ret, ev.latency_ns);
+        let pair = YieldPairKey { tid: ev.tid, target_tid: ev.target_pid };
+        let (key, pair_overflow) = capped(&y.pairs, pair, limits.max_tasks, YieldPairKey::OVERFLOW);
+        let is_overflow = key == YieldPairKey::OVERFLOW;
+        y.pairs
+            .entry(key)
+            .or_insert_with(|| YieldPairAgg {
+                tgid: if is_overflow { 0 } else { ev.tgid },
+                comm: if is_overflow { *b"[other pairs]\0\0\0" } else { ev.comm },
+                target_tgid: if is_overflow { 0 } else { ev.target_tgid },
+                target_comm: if is_overflow { [0; 16] } else { ev.target_comm },
+                stats: YieldStats::default(),
+            })
+            .stats
+            .record(ev.ret, ev.latency_ns);
+        if caller_overflow || pair_overflow {
+            y.overflow += 1;
+        }
+    }
+
+    /// Adds a drained in-kernel aggregate.
+    pub fn ingest_agg(&mut self, key: &AggKey, v: &AggVal) {
+        if v.count == 0 {
+            return;
+        }
+        let buckets = || {
+            (0..HIST_BUCKETS).filter(|&i| v.hist[i] > 0).map(|i| {
+                let hi = if i + 1 < HIST_BUCKETS { hist_bucket_low(i + 1).saturating_sub(1) } else { u64::MAX / 2 };
+                (hist_bucket_low(i), hi, u64::from(v.hist[i]))
+            })
+        };
+        let who = Waiter { stack_id: key.stack_id, tid: key.tid, tgid: key.tgid, comm: &v.comm };
+        self.fold(LockKey::new(key.lock_addr, key.flags), &who, v.count, |s| {
+            s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets())
+        });
+    }
+
+    /// A hold (wait_ns carries the hold time): into the lock's and the
+    /// acquirer stack's hold statistics. In aggregate mode the hold (streamed)
+    /// can arrive before its wait (drained every interval), so the lock and
+    /// caller rows are created here when missing, with no waits yet.
+    fn ingest_hold(&mut self, ev: &ContentionEvent) {
+        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, LockKey::of(ev));
+        lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)).record(ev.wait_ns);
+        let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, ev.stack_id);
+        let h = lock.hold_callers.entry(sid).or_insert_with(|| Arc::new(Stats::new(DETAIL_SIGFIG)));
+        Arc::make_mut(h).record(ev.wait_ns);
+    }
+
+    /// Keeps `ev` if it is among the longest waits seen.
+    fn note_slow(&mut self, ev: &ContentionEvent) {
+        let slow = &self.state.slowest;
+        if slow.len() >= SLOWEST_KEPT && slow.last().is_some_and(|l| l.wait_ns >= ev.wait_ns) {
+            return;
+        }
+        let slow = Arc::make_mut(&mut self.state.slowest);
+        let at = slow.partition_point(|s| s.wait_ns >= ev.wait_ns);
+        slow.insert(at, *ev);
+        slow.truncate(SLOWEST_KEPT);
+    }
+
+    /// Applies `add` to the lock's, the caller's and the task's statistics,
+    /// respecting the key limits.
+    fn fold(&mut self, key: LockKey, who: &Waiter<'_>, n: u64, add: impl Fn(&mut Stats)) {
+        let Waiter { stack_id, tid, tgid, comm } = *who;
+        let st = &mut self.state;
+        st.events += n;
+
+        let (lock, lock_overflow) = lock_row(&mut st.locks, &self.limits, key);
+        if lock_overflow {
+            st.overflow.locks += n;
+        }
+        add(&mut lock.wait);
+        let (sid, caller_overflow) = caller_slot(lock, &mut self.callers, self.limits.max_callers, stack_id);
+        if caller_overflow {
+            st.overflow.callers += n;
+        }
+        if let Some(c) = lock.callers.get_mut(&sid) {
+            add(Arc::make_mut(c));
+        }
+
+        let (tid, task_overflow) = capped(&st.tasks, tid, self.limits.max_tasks, OVERFLOW_TID);
+        if task_overflow {
+            st.overflow.tasks += n;
+        }
+        let task = st.tasks.entry(tid).or_insert_with(|| {
+            Arc::new(TaskAgg {
+                tgid: if tid == OVERFLOW_TID { 0 } else { tgid },
+                comm: if tid == OVERFLOW_TID { *b"[other tasks]\0\0\0" } else { *comm },
+                wait: Stats::new(DETAIL_SIGFIG),
+            })
+        });
+        add(&mut Arc::make_mut(task).wait);
+    }
+
+    /// Records what the kernel side reported.
+    pub fn set_kernel_status(&mut self, k: KernelStatus) {
+        self.state.kernel = k;
+    }
+
+    /// A snapshot of the current tables: cheap (rows are shared until they
+    /// change), numbered by publication.
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.state.generation += 1;
+        self.state.clone()
+    }
+
+    /// Borrow of the current tables.
+    pub fn state(&self) -> &Snapshot {
+        &self.state
+    }
+
+    /// Forgets everything (the TUI's reset key) but the kernel's counters.
+    pub fn reset(&mut self) {
+        let (generation, kernel) = (self.state.generation, self.state.kernel);
+        self.state = Snapshot { generation, kernel, ..Snapshot::default() };
+        self.callers = 0;
+    }
+
+    /// Events ingested since the last reset.
+    pub fn events(&self) -> u64 {
+        self.state.events
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,178 @@
+//! The aggregator's tables, shared with every snapshot: rows are behind
+//! `Arc`s and copied on write, so publishing a snapshot copies pointers and
+//! only the rows that change afterwards are cloned (once per interval).
+
+use std::sync::Arc;
+
+use profiler_common::{ContentionEvent, LockMode, LockType};
+use rustc_hash::FxHashMap;
+
+use crate::{
+    ebpf::CounterValues,
+    model::{Stats, YieldStats},
+};
+
+/// Identity of a lock instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey {
+    /// Kernel address.
+    pub addr: u64,
+    /// Type from the contention flags.
+    pub lock_type: LockType,
+    /// Reader/writer side.
+    pub mode: LockMode,
+}
+
+impl LockKey {
+    /// The key of the row that absorbs locks beyond the key limit.
+    pub const OVERFLOW: LockKey = LockKey { addr: 0, lock_type: LockType::Unknown, mode: LockMode::Exclusive };
+
+    /// Key of a lock address with contention flags.
+    pub fn new(addr: u64, flags: u32) -> LockKey {
+        LockKey { addr, lock_type: LockType::from_flags(flags), mode: LockMode::from_flags(flags) }
+    }
+
+    /// Key of an event's lock.
+    pub fn of(ev: &ContentionEvent) -> LockKey {
+        LockKey::new(ev.lock_addr, ev.flags)
+    }
+}
+
+/// Thread id of the row that absorbs tasks beyond the key limit.
+pub const OVERFLOW_TID: u32 = u32::MAX;
+
+/// Caps on distinct keys; events beyond them are folded into overflow rows
+/// (so totals stay exact) and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Distinct locks.
+    pub max_locks: usize,
+    /// Distinct (lock, stack) pairs.
+    pub max_callers: usize,
+    /// Distinct threads.
+    pub max_tasks: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000 }
+    }
+}
+
+/// Statistics of one lock.
+#[derive(Clone, Debug)]
+pub struct LockAgg {
+    /// All waits on the lock.
+    pub wait: Stats,
+    /// Waits per kernel stack id.
+    pub callers: FxHashMap<i32, Arc<Stats>>,
+    /// Hold times of contended acquisitions (None until one is seen).
+    pub hold: Option<Stats>,
+    /// Hold times per acquirer stack id.
+    pub hold_callers: FxHashMap<i32, Arc<Stats>>,
+}
+
+/// Statistics of one thread.
+#[derive(Clone, Debug)]
+pub struct TaskAgg {
+    /// Process id.
+    pub tgid: u32,
+    /// Thread name (NUL padded).
+    pub comm: [u8; 16],
+    /// Waits over all locks.
+    pub wait: Stats,
+}
+
+/// Events folded into overflow rows because a key limit was reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overflow {
+    /// Events whose lock did not fit.
+    pub locks: u64,
+    /// Events whose (lock, stack) did not fit.
+    pub callers: u64,
+    /// Events whose thread did not fit.
+    pub tasks: u64,
+}
+
+/// A yielding thread and the task it yielded to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct YieldPairKey {
+    /// Yielding thread.
+    pub tid: u32,
+    /// Target thread (the kernel's `p->pid`; 0 when unknown).
+    pub target_tid: u32,
+}
+
+impl YieldPairKey {
+    /// The key of the row that absorbs pairs beyond the task limit.
+    pub const OVERFLOW: YieldPairKey = YieldPairKey { tid: OVERFLOW_TID, target_tid: OVERFLOW_TID };
+}
+
+/// `yield_to` calls of one (yielder, target) pair.
+#[derive(Clone, Debug)]
+pub struct YieldPairAgg {
+    /// Yielding process.
+    pub tgid: u32,
+    /// Yielding thread's name (NUL padded).
+    pub comm: [u8; 16],
+    /// Target's process.
+    pub target_tgid: u32,
+    /// Target's name (NUL padded).
+    pub target_comm: [u8; 16],
+    /// Outcomes and latency.
+    pub stats: YieldStats,
+}
+
+/// KVM directed yield: all calls, per caller stack, per pair.
+#[derive(Clone, Debug, Default)]
+pub struct YieldAgg {
+    /// Every call.
+    pub total: YieldStats,
+    /// Per caller stack id.
+    pub callers: FxHashMap<i32, YieldStats>,
+    /// Per (yielder, target).
+    pub pairs: FxHashMap<YieldPairKey, YieldPairAgg>,
+    /// Calls folded into overflow rows (caller or pair limit reached).
+    pub overflow: u64,
+}
+
+/// What the kernel side reported at the last housekeeping tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelStatus {
+    /// The programs' counters.
+    pub counters: CounterValues,
+    /// Program runs the kernel skipped to avoid recursion.
+    pub recursion_misses: u64,
+}
+
+/// How many of the longest individual waits are kept.
+pub const SLOWEST_KEPT: usize = 20;
+
+/// The aggregator's tables at one point in time. Cloning one is cheap:
+/// rows are shared until the aggregator changes them.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Publications so far (0: nothing published yet).
+    pub generation: u64,
+    /// The longest individual waits seen (stream mode: all; aggregate mode:
+    /// the outliers), longest first.
+    pub slowest: Arc<Vec<ContentionEvent>>,
+    /// Per-lock statistics.
+    pub locks: FxHashMap<LockKey, Arc<LockAgg>>,
+    /// Per-thread statistics.
+    pub tasks: FxHashMap<u32, Arc<TaskAgg>>,
+    /// Key-limit overflow counts.
+    pub overflow: Overflow,
+    /// Events ingested.
+    pub events: u64,
+    /// KVM directed yield.
+    pub yields: Arc<YieldAgg>,
+    /// Kernel counters at the last housekeeping tick.
+    pub kernel: KernelStatus,
+}
+
+/// `key` when it already has a row or `map` has room for one (fewer than
+/// `cap` rows); else the `overflow` key, and true.
+pub fn capped<K: Eq + std::hash::Hash, V>(map: &FxHashMap<K, V>, key: K, cap: usize, overflow: K) -> (K, bool) {
+    if map.contains_key(&key) || map.len() < cap { (key, false) } else { (overflow, true) }
+}

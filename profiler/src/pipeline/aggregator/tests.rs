@@ -1,0 +1,232 @@
+//! Aggregator tests: folding, key caps, records of every kind.
+
+use std::sync::Arc;
+
+use profiler_common::{EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, LockMode, LockType, lcb};
+
+use super::*;
+use crate::pipeline::record::Record;
+
+pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: i32) -> ContentionEvent {
+    let mut comm = [0u8; 16];
+    let name = format!("task{tid}");
+    comm[..name.len()].copy_from_slice(name.as_bytes());
+    ContentionEvent {
+        lock_addr: addr,
+        wait_ns,
+        end_ns: 1,
+        tid,
+        tgid: tid / 10,
+        flags,
+        cpu: 0,
+        stack_id,
+        kind: EVENT_CONTENTION,
+        comm,
+    }
+}
+
+#[test]
+fn aggregates_per_lock_caller_and_task() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::MUTEX | lcb::SPIN, 1000, 11, 1));
+    a.ingest(&ev(0x100, lcb::MUTEX, 3000, 12, 1));
+    a.ingest(&ev(0x100, lcb::MUTEX, 5000, 11, 2));
+    a.ingest(&ev(0x200, lcb::SPIN | lcb::WRITE, 700, 11, 3));
+    let s = a.snapshot();
+    assert_eq!(s.events, 4);
+    let m = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    assert_eq!(m.wait.count(), 3);
+    assert_eq!(m.wait.total_ns(), 9000);
+    assert_eq!((m.wait.min_ns(), m.wait.max_ns()), (1000, 5000));
+    assert_eq!(m.callers[&1].count(), 2);
+    assert_eq!(m.callers[&2].total_ns(), 5000);
+    let rw = &s.locks[&LockKey { addr: 0x200, lock_type: LockType::Rwlock, mode: LockMode::Write }];
+    assert_eq!(rw.wait.count(), 1);
+    assert_eq!(s.tasks[&11].wait.count(), 3);
+    assert_eq!(s.tasks[&11].tgid, 1);
+    assert_eq!(&s.tasks[&12].comm[..6], b"task12");
+    assert_eq!(s.overflow, Overflow::default());
+}
+
+#[test]
+fn same_address_read_and_write_are_separate_rows() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::SPIN | lcb::READ, 10, 1, 1));
+    a.ingest(&ev(0x100, lcb::SPIN | lcb::WRITE, 10, 1, 1));
+    assert_eq!(a.state().locks.len(), 2);
+}
+
+#[test]
+fn key_limits_fold_into_overflow_rows_and_keep_totals() {
+    let limits = Limits { max_locks: 2, max_callers: 3, max_tasks: 2 };
+    let mut a = Aggregator::new(limits);
+    let mut total = 0;
+    for i in 0..10u64 {
+        let w = 100 + i;
+        total += w;
+        a.ingest(&ev(0x1000 + i, lcb::SPIN, w, i as u32 + 1, i as i32));
+    }
+    let s = a.snapshot();
+    assert_eq!(s.locks.len(), 3, "two real locks and the overflow row");
+    assert_eq!(s.overflow.locks, 8);
+    let sum: u64 = s.locks.values().map(|l| l.wait.total_ns()).sum();
+    assert_eq!(sum, total);
+    let callers: usize = s.locks.values().map(|l| l.callers.len()).sum();
+    assert!(callers <= 4, "3 callers plus one overflow stack, got {callers}");
+    assert!(s.overflow.callers >= 7);
+    let caller_sum: u64 = s.locks.values().flat_map(|l| l.callers.values()).map(|c| c.total_ns()).sum();
+    assert_eq!(caller_sum, total);
+    assert_eq!(s.tasks.len(), 3);
+    assert_eq!(s.overflow.tasks, 8);
+    assert_eq!(s.tasks[&OVERFLOW_TID].wait.count(), 8);
+}
+
+#[test]
+fn aggregates_and_events_fold_into_the_same_rows() {
+    use profiler_common::hist_bucket;
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::MUTEX, 1000, 7, 3));
+    let mut v = AggVal { count: 3, total_ns: 6_000, min_ns: 1_000, max_ns: 3_000, ..AggVal::default() };
+    for w in [1_000u64, 2_000, 3_000] {
+        v.hist[hist_bucket(w)] += 1;
+    }
+    v.comm[..4].copy_from_slice(b"aggr");
+    let key = AggKey { lock_addr: 0x100, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 3 };
+    a.ingest_agg(&key, &v);
+    let s = a.snapshot();
+    assert_eq!(s.events, 4);
+    let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    assert_eq!((lock.wait.count(), lock.wait.total_ns(), lock.wait.max_ns()), (4, 7_000, 3_000));
+    assert_eq!(lock.callers.len(), 1);
+    assert_eq!(lock.callers[&3].count(), 4);
+    assert_eq!(s.tasks[&7].wait.count(), 4);
+}
+
+#[test]
+fn outliers_only_feed_the_slowest_list() {
+    let mut a = Aggregator::new(Limits::default());
+    for w in 1..=30u64 {
+        let mut e = ev(0x100, lcb::MUTEX, w * 1_000, 7, 3);
+        e.kind = EVENT_OUTLIER;
+        a.apply(&Record::Outlier(e));
+    }
+    a.ingest(&ev(0x100, lcb::MUTEX, 500, 7, 3));
+    let s = a.snapshot();
+    assert_eq!(s.events, 1, "outliers are already in the aggregates");
+    assert_eq!(s.slowest.len(), SLOWEST_KEPT);
+    assert_eq!(s.slowest[0].wait_ns, 30_000);
+    assert!(s.slowest.windows(2).all(|w| w[0].wait_ns >= w[1].wait_ns));
+    assert_eq!(s.slowest.last().map(|e| e.wait_ns), Some(11_000));
+}
+
+#[test]
+fn holds_attach_to_the_lock_and_acquirer_stack() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::MUTEX, 1_000, 7, 3));
+    let mut h = ev(0x100, lcb::MUTEX, 50_000, 7, 3);
+    h.kind = EVENT_HOLD;
+    a.apply(&Record::Hold(h));
+    a.apply(&Record::Hold(h));
+    // Aggregate mode: a hold (streamed) can arrive before its wait (drained).
+    let mut early = ev(0x999, lcb::MUTEX, 10, 7, 4);
+    early.kind = EVENT_HOLD;
+    a.apply(&Record::Hold(early));
+    let key = AggKey { lock_addr: 0x999, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 4 };
+    let mut v = AggVal { count: 1, total_ns: 500, min_ns: 500, max_ns: 500, ..AggVal::default() };
+    v.hist[profiler_common::hist_bucket(500)] = 1;
+    a.ingest_agg(&key, &v);
+    let s = a.snapshot();
+    assert_eq!(s.events, 2, "holds are not contentions");
+    let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    let hold = lock.hold.as_ref().expect("hold stats");
+    assert_eq!((hold.count(), hold.total_ns()), (2, 100_000));
+    assert_eq!(lock.hold_callers[&3].count(), 2);
+    let late = &s.locks[&LockKey { addr: 0x999, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    assert_eq!(late.wait.count(), 1, "the wait drained after its hold lands on the same row");
+    assert_eq!(late.hold.as_ref().map(Stats::count), Some(1));
+    assert_eq!(late.callers[&4].count(), 1);
+    assert_eq!(late.hold_callers[&4].count(), 1);
+}
+
+pub(crate) fn yield_ev(tid: u32, target: u32, ret: i32, latency_ns: u64, stack_id: i32) -> YieldEvent {
+    let mut comm = [0u8; 16];
+    comm[..8].copy_from_slice(b"vcpu-thr");
+    YieldEvent {
+        latency_ns,
+        end_ns: 1,
+        target_pid: target,
+        target_tgid: 100,
+        tid,
+        tgid: 100,
+        ret,
+        preempt: 1,
+        cpu: 0,
+        kind: EVENT_YIELD,
+        stack_id,
+        _pad: 0,
+        comm,
+        target_comm: comm,
+    }
+}
+
+#[test]
+fn yields_fold_per_caller_and_pair() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest_yield(&yield_ev(1, 2, 1, 1_000, 5));
+    a.ingest_yield(&yield_ev(1, 2, 0, 500, 5));
+    a.ingest_yield(&yield_ev(1, 3, -3, 200, 6));
+    a.ingest_yield(&yield_ev(4, 2, 1, 4_000, 5));
+    let y = &a.state().yields;
+    assert_eq!((y.total.calls(), y.total.yielded, y.total.failed, y.total.errors), (4, 2, 1, 1));
+    assert_eq!(y.total.latency.total_ns(), 5_700);
+    assert_eq!(y.callers[&5].calls(), 3);
+    assert_eq!(y.callers[&6].errors, 1);
+    let p = &y.pairs[&YieldPairKey { tid: 1, target_tid: 2 }];
+    assert_eq!((p.stats.yielded, p.stats.failed, p.tgid, p.target_tgid), (1, 1, 100, 100));
+    assert_eq!(y.pairs.len(), 3);
+    assert_eq!(y.overflow, 0);
+    assert_eq!(a.events(), 0, "yields are not lock contentions");
+}
+
+#[test]
+fn yield_pairs_beyond_the_limit_fold_into_one_row() {
+    let mut a = Aggregator::new(Limits { max_locks: 10, max_callers: 1, max_tasks: 2 });
+    for t in 0..5u32 {
+        a.ingest_yield(&yield_ev(t, t + 1, 1, 10, t as i32));
+    }
+    let y = &a.state().yields;
+    assert_eq!(y.pairs.len(), 3, "two pairs and the overflow row");
+    assert_eq!(y.pairs[&YieldPairKey::OVERFLOW].stats.calls(), 3);
+    assert_eq!(y.callers.len(), 2, "one caller and the overflow stack");
+    let pair_sum: u64 = y.pairs.values().map(|p| p.stats.calls()).sum();
+    let caller_sum: u64 = y.callers.values().map(YieldStats::calls).sum();
+    assert_eq!((pair_sum, caller_sum, y.total.calls()), (5, 5, 5));
+    assert_eq!(y.overflow, 4);
+}
+
+#[test]
+fn reset_forgets_everything() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::SPIN, 10, 1, 1));
+    a.reset();
+    assert_eq!(a.events(), 0);
+    assert!(a.state().locks.is_empty());
+    assert!(a.state().tasks.is_empty());
+}
+
+#[test]
+fn snapshots_share_unchanged_rows_and_keep_their_values() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::MUTEX, 1_000, 7, 3));
+    a.ingest(&ev(0x200, lcb::SPIN, 10, 8, 4));
+    let first = a.snapshot();
+    a.ingest(&ev(0x100, lcb::MUTEX, 5_000, 7, 3));
+    let second = a.snapshot();
+    let k100 = LockKey::new(0x100, lcb::MUTEX);
+    let k200 = LockKey::new(0x200, lcb::SPIN);
+    assert_eq!(first.locks[&k100].wait.count(), 1, "a published snapshot does not change");
+    assert_eq!(second.locks[&k100].wait.count(), 2);
+    assert!(Arc::ptr_eq(&first.locks[&k200], &second.locks[&k200]), "an unchanged row is shared, not copied");
+    assert!(!Arc::ptr_eq(&first.locks[&k100], &second.locks[&k100]));
+    assert_eq!(second.generation, first.generation + 1);
+}

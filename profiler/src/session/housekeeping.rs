@@ -1,0 +1,87 @@
+//! Every interval: drain the aggregate maps (aggregate mode), reap the
+//! pending-wait entries of exited threads, and report the kernel counters.
+
+use std::{os::fd::RawFd, time::Duration};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    ebpf::{AggMaps, FLIP_GRACE, KernelCounters, PendingMaps, recursion_misses},
+    pipeline::{Msg, aggregator::KernelStatus},
+};
+
+/// The maps serviced every interval.
+pub struct Housekeeping {
+    /// The aggregate maps (aggregate mode).
+    pub aggs: Option<AggMaps>,
+    /// Pending waits.
+    pub pending: PendingMaps,
+    /// The programs' counters.
+    pub counters: KernelCounters,
+    /// Program fds, for their recursion misses.
+    pub program_fds: Vec<RawFd>,
+}
+
+impl Housekeeping {
+    /// The kernel side's counters now.
+    pub fn status(&self) -> KernelStatus {
+        KernelStatus { counters: self.counters.read(), recursion_misses: recursion_misses(&self.program_fds) }
+    }
+
+    /// Flips the aggregate maps and sends what the inactive one held.
+    async fn drain_aggregates(&mut self, tx: &mpsc::Sender<Msg>) {
+        let Some(maps) = self.aggs.as_mut() else { return };
+        let idx = match maps.flip() {
+            Ok(i) => i,
+            Err(e) => {
+                log::warn!("{e}");
+                return;
+            }
+        };
+        tokio::time::sleep(FLIP_GRACE).await;
+        let mut out = Vec::new();
+        if let Err(e) = maps.drain(idx, &mut out) {
+            log::warn!("draining aggregates: {e}");
+        }
+        if !out.is_empty() {
+            let _ = tx.send(Msg::Aggregates(out)).await;
+        }
+    }
+
+    /// Once the programs are detached both aggregate maps are final: drains both.
+    pub async fn final_drain(&mut self, tx: &mpsc::Sender<Msg>) {
+        let Some(maps) = self.aggs.as_mut() else { return };
+        for idx in 0..2 {
+            let mut out = Vec::new();
+            if let Err(e) = maps.drain(idx, &mut out) {
+                log::warn!("final drain of aggregates: {e}");
+            }
+            if !out.is_empty() {
+                let _ = tx.send(Msg::Aggregates(out)).await;
+            }
+        }
+    }
+
+    /// Runs until `stop`; returns the maps.
+    pub async fn run(mut self, tx: mpsc::Sender<Msg>, stop: CancellationToken, interval: Duration) -> Housekeeping {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {
+                    self.drain_aggregates(&tx).await;
+                    let reaped = self.pending.reap_exited();
+                    if reaped > 0 {
+                        log::debug!("reaped {reaped} pending-wait entries of exited threads");
+                    }
+                    let _ = tx.send(Msg::Kernel(self.status())).await;
+                }
+            }
+        }
+        self
+    }
+}

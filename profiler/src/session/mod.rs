@@ -1,0 +1,317 @@
+//! A profiling session, in phases like perf's `bpf_lock_contention.c`:
+//! [`Session::start`] prepares (load, attach) and starts the pipeline tasks
+//! (reader, housekeeping, aggregator); live views subscribe to
+//! [`Session::profiles`]; [`Session::finish`] stops (detach), reads (drain
+//! the ring buffer and maps, waits still open) and resolves the profile.
+
+mod housekeeping;
+mod options;
+
+use std::{
+    os::fd::RawFd,
+    sync::{Arc, atomic::Ordering},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use profiler_common::{ContentionEvent, EVENT_CONTENTION, counter};
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+pub use options::{Mode, SessionOptions, defaults};
+
+use self::housekeeping::Housekeeping;
+use crate::{
+    ebpf::{KernelStacks, LoadError, Probes, features::kernel_release, recursion_misses},
+    model::{Meta, Profile},
+    pipeline::{
+        Aggregator, Control, Msg, ProfileBuilder, Snapshot,
+        aggregator::{self, KernelStatus},
+        reader::{self, ReaderStats},
+    },
+    symbols::{Kallsyms, Resolver},
+};
+
+/// Errors of a running session.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Loading or attaching failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The ring buffer could not be registered with the async reactor.
+    #[error("ring buffer reader: {0}")]
+    Reader(#[from] std::io::Error),
+    /// A pipeline task panicked or was cancelled.
+    #[error("pipeline task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+type Builder = ProfileBuilder<KernelStacks>;
+
+/// Where the profile builder is: idle in the session, or in the task that
+/// feeds live views.
+enum BuilderSlot {
+    Idle(Box<Builder>),
+    Live(JoinHandle<Builder>),
+    Gone,
+}
+
+/// What the profile's meta is made of, fixed at start and read live.
+#[derive(Clone)]
+struct MetaSource {
+    base: Meta,
+    started: Instant,
+    reader: Arc<ReaderStats>,
+}
+
+impl MetaSource {
+    fn meta(&self, k: &KernelStatus, open_at_stop: u64, userspace_lost: u64) -> Meta {
+        let mut drops: std::collections::BTreeMap<String, u64> =
+            k.counters.named().filter(|(n, _)| *n != "events").map(|(n, v)| (n.to_string(), v)).collect();
+        drops.insert("open_at_stop".into(), open_at_stop);
+        drops.insert("malformed_records".into(), self.reader.malformed.load(Ordering::Relaxed));
+        drops.insert("userspace_lost".into(), userspace_lost);
+        drops.insert("recursion_misses".into(), k.recursion_misses);
+        Meta { duration_s: self.started.elapsed().as_secs_f64(), drops, ..self.base.clone() }
+    }
+}
+
+/// A running session.
+pub struct Session {
+    probes: Probes,
+    meta: MetaSource,
+    program_fds: Vec<RawFd>,
+    stop: CancellationToken,
+    reader: JoinHandle<std::io::Result<aya::maps::RingBuf<aya::maps::MapData>>>,
+    housekeeper: JoinHandle<Housekeeping>,
+    aggregator: aggregator::Handle,
+    builder: BuilderSlot,
+    profiles: Option<watch::Receiver<Arc<Profile>>>,
+    logger: Option<JoinHandle<()>>,
+}
+
+/// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into a valid, owned timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+async fn flush_logs(logger: aya_log::EbpfLogger<&'static dyn log::Log>, stop: CancellationToken) {
+    // SAFETY: the logger owns its ring buffer fd for its whole lifetime.
+    let Ok(mut afd) =
+        (unsafe { tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE) })
+    else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            guard = afd.readable_mut() => match guard {
+                Ok(mut g) => {
+                    g.get_inner_mut().flush();
+                    g.clear_ready();
+                }
+                Err(_) => break,
+            },
+        }
+    }
+    afd.get_mut().flush();
+}
+
+/// Feeds live views: one profile per snapshot, built off their draw path.
+async fn live_profiles(
+    mut builder: Builder,
+    mut snaps: watch::Receiver<Arc<Snapshot>>,
+    publish: watch::Sender<Arc<Profile>>,
+    meta: MetaSource,
+    stop: CancellationToken,
+) -> Builder {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            changed = snaps.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let snap = snaps.borrow_and_update().clone();
+                let p = builder.build(&snap, meta.meta(&snap.kernel, 0, 0));
+                publish.send_replace(Arc::new(p));
+            }
+        }
+    }
+    builder
+}
+
+impl Session {
+    /// Loads, attaches and starts the pipeline. Must run inside a tokio runtime.
+    pub fn start(opts: SessionOptions) -> Result<Session, SessionError> {
+        let mut probes = Probes::load(&opts.load)?;
+        let mode = opts.mode();
+        let kallsyms = Kallsyms::load().unwrap_or_else(|e| {
+            log::warn!("{e}; stacks will show raw addresses");
+            Kallsyms::default()
+        });
+        let ring = probes.take_events()?;
+        let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?));
+        let stop = CancellationToken::new();
+        let logger = if opts.ebpf_logs {
+            match aya_log::EbpfLogger::init(probes.ebpf_mut()) {
+                Ok(l) => Some(tokio::spawn(flush_logs(l, stop.clone()))),
+                Err(e) => {
+                    log::debug!("eBPF logger unavailable: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+
+        let program_fds = probes.program_fds();
+        let hk = Housekeeping {
+            aggs: if mode == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
+            pending: probes.take_pending()?,
+            counters: probes.take_counters()?,
+            program_fds: program_fds.clone(),
+        };
+        let aggregator = aggregator::spawn(Aggregator::new(opts.limits), opts.channel_batches, opts.publish_interval);
+        let tx = aggregator.sender().ok_or_else(|| std::io::Error::other("aggregator closed"))?;
+        let reader_stats = Arc::new(ReaderStats::default());
+        let reader =
+            tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval));
+        let housekeeper = tokio::spawn(hk.run(tx, stop.clone(), opts.publish_interval));
+        let base = Meta {
+            backend: probes.backend().name().to_string(),
+            mode: mode.name().to_string(),
+            kernel: kernel_release(),
+            hostname: read_trimmed("/proc/sys/kernel/hostname"),
+            started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            hold_unavailable: probes.hold().err().map(|u| u.reason.clone()),
+            hold_backend: probes.hold().ok().map(|k| k.name().to_string()),
+            yield_backend: probes.yield_kind().ok().map(|k| k.name().to_string()),
+            yield_unavailable: probes.yield_kind().err().map(|u| u.reason.clone()),
+            notes: probes.notes().to_vec(),
+            filters: opts.filters,
+            ..Meta::default()
+        };
+        Ok(Session {
+            probes,
+            meta: MetaSource { base, started: Instant::now(), reader: reader_stats },
+            program_fds,
+            stop,
+            reader,
+            housekeeper,
+            aggregator,
+            builder: BuilderSlot::Idle(Box::new(builder)),
+            profiles: None,
+            logger,
+        })
+    }
+
+    /// Name of the attached backend.
+    pub fn backend(&self) -> &'static str {
+        self.probes.backend().name()
+    }
+
+    /// Raw snapshots, one per interval.
+    pub fn snapshots(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.aggregator.snapshots.clone()
+    }
+
+    /// Resolved profiles, one per interval, built in a task of their own
+    /// (started on first use; stacks are symbolized once per session).
+    pub fn profiles(&mut self) -> watch::Receiver<Arc<Profile>> {
+        if let Some(rx) = &self.profiles {
+            return rx.clone();
+        }
+        let (tx, rx) = watch::channel(Arc::new(Profile::default()));
+        if let BuilderSlot::Idle(b) = std::mem::replace(&mut self.builder, BuilderSlot::Gone) {
+            let task = live_profiles(*b, self.snapshots(), tx, self.meta.clone(), self.stop.clone());
+            self.builder = BuilderSlot::Live(tokio::spawn(task));
+        }
+        self.profiles = Some(rx.clone());
+        rx
+    }
+
+    /// Control channel to the aggregator.
+    pub fn control(&self) -> tokio::sync::mpsc::Sender<Control> {
+        self.aggregator.control.clone()
+    }
+
+    /// Time since start.
+    pub fn elapsed(&self) -> Duration {
+        self.meta.started.elapsed()
+    }
+
+    /// Stops: detaches the programs, drains the ring buffer and the maps,
+    /// counts waits still open (measured up to now, like perf), and resolves
+    /// the profile.
+    pub async fn finish(mut self) -> Result<Profile, SessionError> {
+        let duration_s = self.elapsed().as_secs_f64();
+        // Program statistics live in the programs' fdinfo: read before detaching.
+        let misses = recursion_misses(&self.program_fds);
+        self.probes.detach();
+        self.stop.cancel();
+        let _ring = (&mut self.reader).await??;
+        let mut hk = (&mut self.housekeeper).await?;
+        // Programs are detached: the counters and both aggregate maps are final.
+        let counters = hk.counters.read();
+        if let Some(tx) = self.aggregator.sender() {
+            hk.final_drain(&tx).await;
+            let _ = tx.send(Msg::Kernel(KernelStatus { counters, recursion_misses: misses })).await;
+        }
+        let mut profile = self.resolve_final(hk, counters.get(counter::EVENTS)).await?;
+        profile.meta.duration_s = duration_s;
+        Ok(profile)
+    }
+
+    /// Folds what is left into the aggregator and resolves the final profile.
+    async fn resolve_final(self, hk: Housekeeping, submitted: u64) -> Result<Profile, SessionError> {
+        let Session { meta, aggregator, builder, logger, .. } = self;
+        let mut agg = aggregator.finish().await?;
+        if let Some(l) = logger {
+            let _ = l.await;
+        }
+        let now = monotonic_ns();
+        let open = hk.pending.open_waits().unwrap_or_else(|e| {
+            log::warn!("reading waits open at stop: {e}");
+            Vec::new()
+        });
+        for p in &open {
+            let mut comm = [0u8; 16];
+            let name = read_trimmed(&format!("/proc/{}/comm", p.tid));
+            let n = name.len().min(15);
+            comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+            agg.ingest(&ContentionEvent {
+                kind: EVENT_CONTENTION,
+                cpu: 0,
+                lock_addr: p.lock_addr,
+                wait_ns: now.saturating_sub(p.begin_ns),
+                end_ns: now,
+                tid: p.tid,
+                tgid: p.tgid,
+                flags: p.flags,
+                stack_id: p.stack_id,
+                comm,
+            });
+        }
+        let received = meta.reader.received.load(Ordering::Relaxed);
+        let malformed = meta.reader.malformed.load(Ordering::Relaxed);
+        let userspace_lost = submitted.saturating_sub(received + malformed);
+        let mut builder = match builder {
+            BuilderSlot::Idle(b) => *b,
+            BuilderSlot::Live(task) => task.await?,
+            BuilderSlot::Gone => return Err(std::io::Error::other("profile builder lost").into()),
+        };
+        let snap = agg.state();
+        Ok(builder.build(snap, meta.meta(&snap.kernel, open.len() as u64, userspace_lost)))
+    }
+}

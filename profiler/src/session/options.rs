@@ -1,0 +1,116 @@
+//! One options type for every session (record, top, flamegraph, serve),
+//! built once from the command line by `cli`.
+
+use std::time::Duration;
+
+use profiler_common::{DEFAULT_STACK_ENTRIES, MODE_AGGREGATE, MODE_STREAM, STACK_WINDOWS_PER_S};
+
+use crate::{ebpf::LoadOptions, pipeline::Limits};
+
+/// How waits reach userspace.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Per-CPU maps in the kernel, drained each interval.
+    #[default]
+    Aggregate,
+    /// Every wait through the ring buffer.
+    Stream,
+}
+
+impl Mode {
+    /// Both modes.
+    pub const ALL: [Mode; 2] = [Mode::Aggregate, Mode::Stream];
+
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Aggregate => "aggregate",
+            Mode::Stream => "stream",
+        }
+    }
+
+    /// The `Config::mode` value.
+    pub fn config_value(self) -> u32 {
+        match self {
+            Mode::Aggregate => MODE_AGGREGATE,
+            Mode::Stream => MODE_STREAM,
+        }
+    }
+}
+
+/// Defaults of the tuning options (the CLI shows and uses these).
+pub mod defaults {
+    /// `--stack-rate`: kernel stack walks per second per CPU.
+    pub const STACK_RATE: u32 = 10_000;
+    /// `--outlier-us`: waits at least this long are listed individually.
+    pub const OUTLIER_US: u64 = 1_000;
+    /// `--ringbuf-mb`.
+    pub const RINGBUF_MB: u32 = 4;
+    /// `--stack-map-size`.
+    pub const STACK_MAP_SIZE: u32 = super::DEFAULT_STACK_ENTRIES;
+    /// `--max-callers`.
+    pub const MAX_CALLERS: usize = 50_000;
+}
+
+/// Everything a session needs.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// What to load and how.
+    pub load: LoadOptions,
+    /// Aggregator key caps.
+    pub limits: Limits,
+    /// Snapshot publish (and housekeeping) interval.
+    pub publish_interval: Duration,
+    /// Capacity of the reader -> aggregator channel, in batches.
+    pub channel_batches: usize,
+    /// How often the reader drains the ring buffer when the kernel has not
+    /// forced a wakeup.
+    pub poll_interval: Duration,
+    /// Filters as typed by the user (recorded in the profile's meta).
+    pub filters: Vec<String>,
+    /// Forward the eBPF programs' own diagnostics (aya-log) to the log (`-v`).
+    pub ebpf_logs: bool,
+}
+
+impl Default for SessionOptions {
+    /// The raw machinery with nothing tuned: stream mode, every stack walked.
+    fn default() -> Self {
+        SessionOptions {
+            load: LoadOptions::default(),
+            limits: Limits::default(),
+            publish_interval: Duration::from_secs(1),
+            channel_batches: 256,
+            poll_interval: Duration::from_millis(50),
+            filters: Vec::new(),
+            ebpf_logs: false,
+        }
+    }
+}
+
+impl SessionOptions {
+    /// What `lockprof record` uses by default: aggregate mode, the default
+    /// stack budget, waits of 1 ms or more listed individually.
+    pub fn recommended() -> SessionOptions {
+        let mut o = SessionOptions::default();
+        o.set_mode(Mode::Aggregate);
+        o.set_stack_rate(defaults::STACK_RATE);
+        o.load.config.outlier_ns = defaults::OUTLIER_US * 1_000;
+        o.limits.max_callers = defaults::MAX_CALLERS;
+        o
+    }
+
+    /// Sets the mode.
+    pub fn set_mode(&mut self, m: Mode) {
+        self.load.config.mode = m.config_value();
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        if self.load.config.mode == MODE_AGGREGATE { Mode::Aggregate } else { Mode::Stream }
+    }
+
+    /// Sets the stack budget from walks per second per CPU (0: unlimited).
+    pub fn set_stack_rate(&mut self, per_s: u32) {
+        self.load.config.stacks_per_window = per_s.div_ceil(STACK_WINDOWS_PER_S);
+    }
+}

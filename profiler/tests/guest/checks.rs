@@ -1,0 +1,127 @@
+//! Checks of one recorded profile: each returns what it saw, or why it failed.
+
+use lockprof::{
+    model::{LockProfile, NameSource, Profile, mode_name},
+    symbols::TASKLIST_CALLERS,
+};
+use profiler_common::{LockMode, LockType};
+
+/// A check's outcome: a one-line account of what was seen, or the failure.
+pub type Check = Result<String, String>;
+
+fn callers(l: &LockProfile) -> Vec<String> {
+    l.callers.iter().map(|c| c.caller.split('+').next().unwrap_or(&c.caller).to_string()).collect()
+}
+
+fn classes(p: &Profile) -> Vec<(String, &'static str, u64)> {
+    p.locks.iter().map(|l| (l.display_name().to_string(), mode_name(l.mode), l.wait.count())).collect()
+}
+
+/// The pipe mutex: a mutex contended from the pipe write path.
+pub fn pipe_mutex(p: &Profile) -> Result<&LockProfile, String> {
+    p.locks
+        .iter()
+        .filter(|l| l.lock_type == LockType::Mutex)
+        .find(|l| callers(l).iter().any(|c| c.contains("pipe_write")))
+        .ok_or_else(|| format!("no pipe mutex among {:?}", classes(p)))
+}
+
+/// Waits on the pipe mutex, from the writers.
+pub fn pipe_waits(p: &Profile) -> Check {
+    let l = pipe_mutex(p)?;
+    if l.wait.count() == 0 || l.wait.total_ns() == 0 {
+        return Err("pipe mutex without waits".into());
+    }
+    let writer = l.callers.iter().find(|c| c.caller.contains("pipe_write")).ok_or("no writer caller")?;
+    if writer.stack.iter().any(|f| f.starts_with("kretprobe_trampoline") || f.starts_with("__kretprobe_trampoline")) {
+        return Err(format!("the writer's stack runs through the kretprobe trampoline: {:?}", writer.stack));
+    }
+    Ok(format!(
+        "{} waits {} ns on {}, callers {:?}",
+        l.wait.count(),
+        l.wait.total_ns(),
+        l.class,
+        &callers(l)[..callers(l).len().min(3)]
+    ))
+}
+
+/// Holds of `l`: present, as many as its contended acquisitions (only those
+/// still held at stop may be missing), and no longer than the run.
+pub fn holds(p: &Profile, l: &LockProfile, secs: f64) -> Check {
+    let backend = p.meta.hold_backend.as_deref().ok_or_else(|| {
+        format!("no hold backend attached: {}", p.meta.hold_unavailable.as_deref().unwrap_or("no reason given"))
+    })?;
+    let drops = |k: &str| p.meta.drops.get(k).copied().unwrap_or(0);
+    let h = l.hold.as_ref().ok_or_else(|| {
+        format!(
+            "no hold recorded on {} ({} waits; holds counted {}, hold_map_full {}, reentered {})",
+            l.display_name(),
+            l.wait.count(),
+            drops("holds"),
+            drops("hold_map_full"),
+            drops("reentered")
+        )
+    })?;
+    if h.count() == 0 || h.total_ns() == 0 {
+        return Err("hold count or total is zero".into());
+    }
+    if h.count() * 10 < l.wait.count() * 9 {
+        return Err(format!("only {} holds for {} contended acquisitions", h.count(), l.wait.count()));
+    }
+    if h.max_ns() as f64 > secs * 1e9 + 1e9 {
+        return Err(format!("hold max {} ns longer than the run", h.max_ns()));
+    }
+    if !l.callers.iter().any(|c| c.hold.is_some()) {
+        return Err("no caller has hold statistics".into());
+    }
+    Ok(format!("{} holds, total {} ns, max {} ns, via {backend}", h.count(), h.total_ns(), h.max_ns()))
+}
+
+/// `tasklist_lock`'s write side, named (from kallsyms when it lists it),
+/// contended from the fork/exit/setpgid paths.
+pub fn tasklist_writer(p: &Profile, kallsyms_has_it: bool) -> Result<&LockProfile, String> {
+    let w = p
+        .locks
+        .iter()
+        .filter(|l| l.name.as_deref() == Some("tasklist_lock"))
+        .find(|l| l.mode == LockMode::Write)
+        .ok_or_else(|| format!("tasklist_lock (write) not found among {:?}", classes(p)))?;
+    if kallsyms_has_it && w.name_source != Some(NameSource::Kallsyms) {
+        return Err(format!(
+            "named {:?}, not from kallsyms, although kallsyms has it at another address than {:#x}",
+            w.name_source, w.addr
+        ));
+    }
+    let cs = callers(w);
+    if !cs.iter().any(|c| TASKLIST_CALLERS.contains(&c.as_str())) {
+        return Err(format!("unexpected callers {cs:?}"));
+    }
+    Ok(w)
+}
+
+/// `tasklist_lock` waits.
+pub fn tasklist_waits(p: &Profile, kallsyms_has_it: bool) -> Check {
+    let w = tasklist_writer(p, kallsyms_has_it)?;
+    let cs = callers(w);
+    Ok(format!("{} write waits, callers {:?}, name from {:?}", w.wait.count(), &cs[..cs.len().min(3)], w.name_source))
+}
+
+/// The process's `mmap_lock`, named, with waits.
+pub fn mmap_lock(p: &Profile) -> Check {
+    let l = p
+        .locks
+        .iter()
+        .filter(|l| l.name.as_deref() == Some("mmap_lock"))
+        .max_by_key(|l| l.wait.count())
+        .ok_or_else(|| format!("no lock named mmap_lock among {:?}", classes(p)))?;
+    if l.wait.total_ns() == 0 {
+        return Err("mmap_lock without waits".into());
+    }
+    Ok(format!(
+        "mmap_lock ({}, {:?}) {} waits, callers {:?}",
+        mode_name(l.mode),
+        l.name_source,
+        l.wait.count(),
+        &callers(l)[..l.callers.len().min(3)]
+    ))
+}

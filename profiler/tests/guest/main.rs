@@ -1,0 +1,294 @@
+//! Checks that run inside guest kernels (`cargo xtask vm-test`), where
+//! kprobes, fentry, release probes and KVM work. A test binary with its own
+//! harness (libtest-mimic): each check is a trial, skipped ("ignored", with
+//! the reason) only when the kernel itself lacks what it needs, and libtest's
+//! own summary and exit status are the verdict `vm-test` reads.
+//!
+//! Usage inside the guest: `guest --test-threads 1` (the VMM of the yield_to
+//! checks is `$LOCKPROF_YIELD_VMM`, default `/yield_vmm`).
+
+mod checks;
+mod facts;
+mod yields;
+
+use std::{
+    collections::HashMap,
+    process::Command,
+    sync::{Arc, Mutex, OnceLock, atomic::AtomicBool},
+    time::{Duration, Instant},
+};
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use lockprof::{
+    ebpf::{
+        BackendChoice,
+        probes::{ProbeKind, RELEASE_TARGETS, WAIT_TARGETS, YIELD_FUNC},
+    },
+    model::Profile,
+    session::{Session, SessionOptions},
+    workload::{self, Workload},
+};
+use profiler_common::LockType;
+
+use self::{checks::Check, facts::Facts};
+
+/// Seconds each workload runs while recording.
+const SECS: f64 = 2.0;
+
+fn facts() -> &'static Facts {
+    static FACTS: OnceLock<Facts> = OnceLock::new();
+    FACTS.get_or_init(Facts::read)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}
+
+fn options(backend: BackendChoice) -> SessionOptions {
+    let mut o = SessionOptions::recommended();
+    o.load.backend = backend;
+    o
+}
+
+/// Records `w` with `backend` (once per pair: trials on the same workload share the profile).
+fn recorded(backend: BackendChoice, w: Workload) -> Result<Arc<Profile>, String> {
+    type Cache = Mutex<HashMap<(&'static str, &'static str), Result<Arc<Profile>, String>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (backend.name(), w.name());
+    if let Some(r) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return r.clone();
+    }
+    let r = runtime().block_on(async {
+        let session = Session::start(options(backend)).map_err(|e| e.to_string())?;
+        let run = tokio::task::spawn_blocking(move || {
+            workload::run(w, 4, Duration::from_secs_f64(SECS), Arc::new(AtomicBool::new(false)))
+        });
+        let outcome = run.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        if outcome.ops == 0 {
+            return Err(format!("the {w:?} workload made no progress"));
+        }
+        let p = session.finish().await.map_err(|e| e.to_string())?;
+        if p.meta.backend != backend.name() {
+            return Err(format!("asked for the {} backend, got {}", backend.name(), p.meta.backend));
+        }
+        Ok(Arc::new(p))
+    });
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, r.clone());
+    r
+}
+
+/// What each passing check saw, printed after libtest's summary (so that
+/// its `test NAME ... ok` lines stay whole).
+fn seen(name: &str, what: String) {
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut v = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if name.is_empty() {
+        for line in v.drain(..) {
+            println!("{line}");
+        }
+    } else {
+        v.push(format!("seen {name}: {what}"));
+    }
+}
+
+/// A trial: skipped with `missing` when the kernel lacks something, else `check`.
+fn trial(name: String, missing: Option<String>, check: impl FnOnce() -> Check + Send + 'static) -> Trial {
+    let n = name.clone();
+    Trial::ignorable_test(name, move || {
+        if let Some(why) = missing {
+            return Ok(Completion::ignored_with(why));
+        }
+        let started = Instant::now();
+        let what = check().map_err(Failed::from)?;
+        seen(&n, format!("({:.1} s) {what}", started.elapsed().as_secs_f64()));
+        Ok(Completion::Completed)
+    })
+}
+
+/// Why `backend` cannot run on this kernel, if so.
+fn backend_missing(f: &Facts, backend: BackendChoice) -> Option<String> {
+    match backend {
+        BackendChoice::Kprobe => f.kprobe_missing().or_else(|| f.slowpaths_missing()),
+        BackendChoice::Fentry => f.fentry_missing().or_else(|| f.slowpaths_missing()),
+        BackendChoice::Tracepoint => f.tracepoints_missing(),
+        BackendChoice::TpBtf => f.tracepoints_missing().or_else(|| (!f.btf).then(|| "the kernel has no BTF".into())),
+        BackendChoice::Auto => None,
+    }
+}
+
+/// Why releases through `release` cannot be timed here, if so.
+fn holds_missing(f: &Facts, release: &str) -> Option<String> {
+    if f.kprobe_missing().is_some() && f.fentry_missing().is_some() {
+        return Some("neither kprobes nor fentry work on this kernel: no release can be probed".into());
+    }
+    f.release_missing(release)
+}
+
+fn backend_trials(f: &Facts, backend: BackendChoice) -> Vec<Trial> {
+    let b = backend.name();
+    let missing = backend_missing(f, backend);
+    let skip = |extra: Option<String>| missing.clone().or(extra);
+    let tasklist_in_kallsyms = f.kallsyms.address_of("tasklist_lock").is_some();
+    vec![
+        trial(format!("{b}::pipe_mutex"), skip(None), move || checks::pipe_waits(&*recorded(backend, Workload::Pipe)?)),
+        trial(format!("{b}::pipe_mutex_holds"), skip(holds_missing(f, "mutex_unlock")), move || {
+            let p = recorded(backend, Workload::Pipe)?;
+            checks::holds(&p, checks::pipe_mutex(&p)?, SECS)
+        }),
+        trial(format!("{b}::tasklist_lock_fork"), skip(None), move || {
+            checks::tasklist_waits(&*recorded(backend, Workload::Fork)?, tasklist_in_kallsyms)
+        }),
+        trial(format!("{b}::tasklist_lock_setpgid"), skip(None), move || {
+            checks::tasklist_waits(&*recorded(backend, Workload::Pgrp)?, tasklist_in_kallsyms)
+        }),
+        trial(format!("{b}::tasklist_lock_holds"), skip(holds_missing(f, "_raw_write_unlock_irq")), move || {
+            let p = recorded(backend, Workload::Pgrp)?;
+            checks::holds(&p, checks::tasklist_writer(&p, tasklist_in_kallsyms)?, SECS)
+        }),
+        trial(format!("{b}::mmap_lock"), skip(None), move || checks::mmap_lock(&*recorded(backend, Workload::Mmap)?)),
+    ]
+}
+
+/// kprobe and fentry sessions side by side on one workload: their counts agree.
+fn agreement() -> Check {
+    runtime().block_on(async {
+        let kp = Session::start(options(BackendChoice::Kprobe)).map_err(|e| e.to_string())?;
+        let fe = Session::start(options(BackendChoice::Fentry)).map_err(|e| e.to_string())?;
+        let run = tokio::task::spawn_blocking(move || {
+            workload::run(Workload::Pgrp, 4, Duration::from_secs_f64(SECS), Arc::new(AtomicBool::new(false)))
+        });
+        run.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        let (a, b) = (kp.finish().await.map_err(|e| e.to_string())?, fe.finish().await.map_err(|e| e.to_string())?);
+        let count = |p: &Profile| -> u64 {
+            p.locks.iter().filter(|l| l.lock_type == LockType::Rwlock).map(|l| l.wait.count()).sum()
+        };
+        let (ca, cb) = (count(&a), count(&b));
+        if ca == 0 || cb == 0 || ca.abs_diff(cb) as f64 > 20.0 + 0.1 * ca.max(cb) as f64 {
+            return Err(format!("kprobe saw {ca} rwlock waits, fentry {cb}"));
+        }
+        Ok(format!("kprobe {ca} vs fentry {cb} rwlock waits"))
+    })
+}
+
+/// One yield_to check with `kind`: records while the VMM runs.
+fn yield_run(kind: ProbeKind) -> Result<(Profile, yields::VmmReport), String> {
+    let vmm = std::env::var("LOCKPROF_YIELD_VMM").unwrap_or_else(|_| "/yield_vmm".into());
+    runtime().block_on(async {
+        let mut o = options(BackendChoice::Auto);
+        o.load.yield_probe = Some(kind);
+        let session = Session::start(o).map_err(|e| e.to_string())?;
+        let path = vmm.clone();
+        let out = tokio::task::spawn_blocking(move || Command::new(&path).args(["--hypercalls", "300"]).output())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("running {vmm}: {e}"))?;
+        // Let the reader pick up the last records before stopping.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let profile = session.finish().await.map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!("the VMM failed ({}): {stdout}{}", out.status, String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok((profile, yields::parse_vmm(&stdout)?))
+    })
+}
+
+fn yield_trials(f: &Facts) -> Vec<Trial> {
+    let mut out = Vec::new();
+    for kind in ProbeKind::ALL {
+        let missing = match kind {
+            ProbeKind::Kprobe => f.kprobe_missing(),
+            ProbeKind::Fentry => f.fentry_missing(),
+        }
+        .or_else(|| f.release_missing(YIELD_FUNC))
+        .or_else(|| f.kvm.clone().err());
+        let k = kind.name();
+        let path = yields::expected_path(f.has_function("kvm_sched_yield"));
+        out.push(trial(format!("yield_to::{k}"), missing, move || {
+            let (p, vmm) = yield_run(kind)?;
+            let calls = yields::compare_calls(&p, &vmm, k, path)?;
+            let split = yields::compare_outcomes(&p, &vmm)?.unwrap_or_else(|| {
+                "this kernel keeps no directed_yield_* statistics: the yielded/not split was not compared with KVM's".into()
+            });
+            Ok(format!("{calls}; {split}"))
+        }));
+    }
+    out
+}
+
+/// Names of lockprof's programs still loaded.
+fn lockprof_programs() -> Vec<String> {
+    let ours = profiler_common::names::prog::ALL;
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|p| p.name_as_str().map(str::to_string))
+        .filter(|n| ours.iter().any(|o| o.starts_with(n.as_str()) || n.starts_with(o)))
+        .collect()
+}
+
+/// Probed functions still in the kernel's list of active kprobes (debugfs):
+/// every kprobe lockprof makes, whatever interface it used, is listed there.
+fn lockprof_kprobes() -> Result<Vec<String>, String> {
+    let list = std::fs::read_to_string("/sys/kernel/debug/kprobes/list")
+        .map_err(|e| format!("/sys/kernel/debug/kprobes/list: {e}"))?;
+    let funcs: Vec<&str> = WAIT_TARGETS
+        .iter()
+        .map(|t| t.func)
+        .chain(RELEASE_TARGETS.iter().map(|(f, _)| *f))
+        .chain([YIELD_FUNC])
+        .collect();
+    Ok(list
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2).is_some_and(|s| funcs.contains(&s.split('+').next().unwrap_or(s))))
+        .map(str::to_string)
+        .collect())
+}
+
+/// Nothing lockprof attached is left once every session finished (the
+/// kernel frees programs asynchronously: wait up to 5 s for it).
+fn detached(kprobes: bool) -> Check {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let progs = lockprof_programs();
+        let probes = if kprobes { lockprof_kprobes()? } else { Vec::new() };
+        if progs.is_empty() && probes.is_empty() {
+            return Ok(format!(
+                "no lockprof program loaded{}",
+                if kprobes { ", no kprobe left on a probed function" } else { "" }
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("left behind 5 s after the last session: programs {progs:?}, kprobes {probes:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn main() {
+    let mut args = Arguments::from_args();
+    // Checks share the guest's CPUs and the kernel's probes: one at a time.
+    args.test_threads = Some(1);
+    let f = facts();
+    println!(
+        "guest kernel {}: btf {} kprobes {} trampolines {} lock tracepoints {} kvm {}",
+        lockprof::ebpf::features::kernel_release(),
+        f.btf,
+        f.kprobes,
+        f.direct_calls,
+        f.lock_tracepoints,
+        f.kvm.as_ref().map_or_else(|e| e.clone(), |()| "yes".into())
+    );
+    let mut trials = Vec::new();
+    for backend in [BackendChoice::Kprobe, BackendChoice::Fentry, BackendChoice::Tracepoint, BackendChoice::TpBtf] {
+        trials.extend(backend_trials(f, backend));
+    }
+    let both = f.kprobe_missing().or_else(|| f.fentry_missing()).or_else(|| f.slowpaths_missing());
+    trials.push(trial("kprobe_vs_fentry".into(), both, agreement));
+    trials.extend(yield_trials(f));
+    let kprobes = f.kprobes;
+    trials.push(trial("nothing_left_attached".into(), None, move || detached(kprobes)));
+    let conclusion = libtest_mimic::run(&args, trials);
+    seen("", String::new());
+    conclusion.exit();
+}

@@ -1,0 +1,174 @@
+//! Unit tests (no root, no guest) of the checks the guest test binary runs:
+//! each must be able to fail for the reason it names.
+
+#[path = "guest/checks.rs"]
+mod checks;
+#[path = "guest/yields.rs"]
+mod yields;
+
+use lockprof::model::{
+    CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource, Profile, Stats, YieldCaller, YieldPair,
+    YieldProfile, YieldStats,
+};
+use profiler_common::{LockMode, LockType};
+
+fn stats(sigfig: u8, values: &[u64]) -> Stats {
+    let mut s = Stats::new(sigfig);
+    values.iter().for_each(|v| s.record(*v));
+    s
+}
+
+fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockProfile {
+    LockProfile {
+        addr: 0xffff_8880_0000_1000,
+        lock_type: ty,
+        mode,
+        name: name.map(str::to_string),
+        name_source: name.map(|_| NameSource::Inferred),
+        class: format!("{} @ {caller}", lockprof::model::type_name(ty)),
+        wait: stats(LOCK_SIGFIG, &[1_000, 2_000]),
+        hold: None,
+        callers: vec![CallerProfile {
+            caller: format!("{caller}+0x10"),
+            stack: vec!["__mutex_lock+0x5".into(), format!("{caller}+0x10"), "vfs_write+0x20".into()],
+            wait: stats(DETAIL_SIGFIG, &[1_000, 2_000]),
+            hold: None,
+        }],
+    }
+}
+
+fn profile(locks: Vec<LockProfile>) -> Profile {
+    Profile { locks, ..Profile::default() }
+}
+
+#[test]
+fn mmap_lock_check_wants_the_name_not_any_rwsem() {
+    let p = profile(vec![lock(None, LockType::Rwsem, LockMode::Read, "do_exit")]);
+    let e = checks::mmap_lock(&p).expect_err("an unnamed rwsem is not mmap_lock");
+    assert!(e.contains("no lock named mmap_lock"), "{e}");
+    let p = profile(vec![lock(Some("mmap_lock"), LockType::Rwsem, LockMode::Read, "lock_mm_and_find_vma")]);
+    assert!(checks::mmap_lock(&p).is_ok());
+}
+
+#[test]
+fn hold_check_fails_when_holds_did_not_attach() {
+    let mut p = profile(vec![lock(None, LockType::Mutex, LockMode::Exclusive, "anon_pipe_write")]);
+    p.meta = Meta { hold_unavailable: Some("release functions cannot be probed".into()), ..Meta::default() };
+    let l = checks::pipe_mutex(&p).expect("pipe mutex");
+    let e = checks::holds(&p, l, 2.0).expect_err("no hold backend is a failure, not a pass");
+    assert!(e.contains("no hold backend attached: release functions cannot be probed"), "{e}");
+    p.meta.hold_backend = Some("fentry".into());
+    let l = checks::pipe_mutex(&p).expect("pipe mutex");
+    assert!(checks::holds(&p, l, 2.0).expect_err("no holds recorded").contains("no hold recorded"));
+    let mut p2 = p.clone();
+    p2.locks[0].hold = Some(stats(LOCK_SIGFIG, &[500]));
+    p2.locks[0].callers[0].hold = Some(stats(DETAIL_SIGFIG, &[500]));
+    let l = checks::pipe_mutex(&p2).expect("pipe mutex");
+    assert!(checks::holds(&p2, l, 2.0).expect_err("1 hold for 2 waits").contains("only 1 holds for 2"));
+    p2.locks[0].hold = Some(stats(LOCK_SIGFIG, &[500, 700]));
+    let l = checks::pipe_mutex(&p2).expect("pipe mutex");
+    assert!(checks::holds(&p2, l, 2.0).is_ok());
+}
+
+#[test]
+fn pipe_check_refuses_stacks_through_the_kretprobe_trampoline() {
+    let mut p = profile(vec![lock(None, LockType::Mutex, LockMode::Exclusive, "anon_pipe_write")]);
+    assert!(checks::pipe_waits(&p).is_ok());
+    p.locks[0].callers[0].stack.insert(1, "kretprobe_trampoline+0x0".into());
+    assert!(checks::pipe_waits(&p).expect_err("trampoline").contains("kretprobe trampoline"));
+    let p = profile(vec![lock(None, LockType::Mutex, LockMode::Exclusive, "kretprobe_trampoline")]);
+    assert!(checks::pipe_waits(&p).expect_err("no pipe caller").contains("no pipe mutex"));
+}
+
+#[test]
+fn tasklist_check_wants_kallsyms_naming_when_kallsyms_has_it() {
+    let p = profile(vec![lock(Some("tasklist_lock"), LockType::Rwlock, LockMode::Write, "copy_process")]);
+    assert!(checks::tasklist_waits(&p, false).is_ok());
+    let e = checks::tasklist_waits(&p, true).expect_err("inferred although kallsyms has it");
+    assert!(e.contains("not from kallsyms"), "{e}");
+    let p = profile(vec![lock(Some("tasklist_lock"), LockType::Rwlock, LockMode::Write, "some_driver")]);
+    assert!(checks::tasklist_waits(&p, false).expect_err("callers").contains("unexpected callers"));
+}
+
+fn vmm(attempted: Option<u64>) -> yields::VmmReport {
+    let line = format!(
+        "noise\nYIELD-VMM {{\"hypercalls\":4,\"attempted\":{},\"successful\":{},\"rt_phase\":1,\"pid\":300,\"yielder_tid\":301,\"target_tid\":302,\"elapsed_ms\":5}}\n",
+        attempted.map_or("null".into(), |a| a.to_string()),
+        attempted.map_or("null".into(), |_| "3".to_string()),
+    );
+    yields::parse_vmm(&line).expect("parse")
+}
+
+fn yield_profile(outcomes: &[i32], path: &str) -> Profile {
+    let mut s = YieldStats::default();
+    outcomes.iter().for_each(|r| s.record(*r, 1_000));
+    let mut p = Profile::default();
+    p.meta.yield_backend = Some("fentry".into());
+    p.yield_to = Some(YieldProfile {
+        total: s.clone(),
+        callers: vec![YieldCaller {
+            caller: "kvm_vcpu_yield_to+0x5f [kvm]".into(),
+            path: path.into(),
+            stack: vec![],
+            stats: s.clone(),
+        }],
+        pairs: vec![YieldPair {
+            tid: 301,
+            pid: 300,
+            comm: "yield_vmm".into(),
+            target_tid: 302,
+            target_pid: 300,
+            target_comm: "yield_vmm".into(),
+            stats: s,
+        }],
+        rq_contention: Default::default(),
+    });
+    p
+}
+
+const KVM_PATH: &str = "kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hypercall";
+
+#[test]
+fn yield_checks_fail_with_the_numbers() {
+    let ok = yield_profile(&[1, 1, 1, 0], KVM_PATH);
+    assert!(yields::compare_calls(&ok, &vmm(Some(4)), "fentry", yields::expected_path(true)).is_ok());
+    assert!(yields::compare_outcomes(&ok, &vmm(Some(4))).expect("compare").is_some());
+    let e = yields::compare_calls(
+        &yield_profile(&[1, 1, 1], KVM_PATH),
+        &vmm(Some(4)),
+        "fentry",
+        yields::expected_path(true),
+    )
+    .expect_err("lost");
+    assert!(e.contains("saw 3 yield_to calls") && e.contains("4 hypercalls"), "{e}");
+    let e = yields::compare_outcomes(&yield_profile(&[1, 1, 1, 1], KVM_PATH), &vmm(Some(4))).expect_err("split");
+    assert!(e.contains("4 yielded / 0 not; KVM: 3 successful / 1 not"), "{e}");
+    assert!(
+        yields::compare_calls(&ok, &vmm(Some(4)), "kprobe", yields::expected_path(true))
+            .expect_err("backend")
+            .contains("wanted kprobe")
+    );
+    let spin = yield_profile(&[1, 1, 1, 0], "kvm_vcpu_yield_to <- kvm_vcpu_on_spin");
+    let e = yields::compare_calls(&spin, &vmm(Some(4)), "fentry", yields::expected_path(true));
+    assert!(e.expect_err("path").contains("not resolved to KVM"));
+    // 5.10 inlines kvm_sched_yield: the path goes straight to kvm_emulate_hypercall there.
+    let inlined = yield_profile(&[1, 1, 1, 0], "kvm_vcpu_yield_to <- kvm_emulate_hypercall <- kvm_arch_vcpu_ioctl_run");
+    assert!(yields::compare_calls(&inlined, &vmm(Some(4)), "fentry", yields::expected_path(false)).is_ok());
+    assert!(yields::compare_calls(&inlined, &vmm(Some(4)), "fentry", yields::expected_path(true)).is_err());
+    let mut off = ok.clone();
+    off.meta.yield_backend = None;
+    off.meta.yield_unavailable = Some("no kprobe PMU".into());
+    assert!(
+        yields::compare_calls(&off, &vmm(Some(4)), "fentry", yields::expected_path(true))
+            .expect_err("not probed")
+            .contains("no kprobe PMU")
+    );
+    assert!(yields::parse_vmm("nothing").is_err());
+}
+
+#[test]
+fn kernels_without_kvm_statistics_compare_calls_only() {
+    let ok = yield_profile(&[1, 1, 1, 0], KVM_PATH);
+    assert!(yields::compare_calls(&ok, &vmm(None), "fentry", yields::expected_path(true)).is_ok());
+    assert_eq!(yields::compare_outcomes(&ok, &vmm(None)), Ok(None), "nothing to compare with");
+}

@@ -1,0 +1,133 @@
+//! One guest boot: an initramfs of busybox, the static lockprof, the guest
+//! test binary, the yield_to VMM and the kernel's own KVM modules; QEMU
+//! (TCG) boots it and the console is captured line by line.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+
+use crate::util::run;
+
+/// The binaries the guest runs.
+pub struct Binaries {
+    /// Static lockprof (doctor --json).
+    pub lockprof: PathBuf,
+    /// Static guest test binary (libtest-mimic harness).
+    pub tests: PathBuf,
+    /// Static yield_to VMM.
+    pub vmm: PathBuf,
+}
+
+/// The KVM modules of the guest kernel, dependencies resolved by the caller.
+pub const KVM_MODULES: &[&str] = &["kvm-amd"];
+
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mkdir -p /proc /sys /dev /tmp /run
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t tracefs nodev /sys/kernel/tracing
+mount -t debugfs nodev /sys/kernel/debug
+mount -t bpf bpf /sys/fs/bpf
+echo LOCKPROF-VM-BEGIN $(uname -r)
+cd /tmp
+echo LOCKPROF-DOCTOR-BEGIN
+/lockprof doctor --json
+echo LOCKPROF-DOCTOR-END
+: > /tmp/kvm-modules.log
+for m in $(cat /modules/order); do
+  insmod /modules/$m.ko 2>> /tmp/kvm-modules.log || echo "insmod $m failed" >> /tmp/kvm-modules.log
+done
+sed 's/^/kvm-modules: /' /tmp/kvm-modules.log
+LOCKPROF_YIELD_VMM=/yield_vmm /guest --test-threads 1 --color never
+echo LOCKPROF-VM-EXIT=$?
+poweroff -f
+"#;
+
+/// Builds the initramfs in `dir`; returns the archive.
+pub fn initramfs(dir: &Path, bins: &Binaries, modules: &[(String, Vec<u8>)]) -> Result<PathBuf> {
+    let root = dir.join("initramfs");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("bin"))?;
+    std::fs::create_dir_all(root.join("modules"))?;
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .context("busybox not found")?;
+    std::fs::copy(&busybox, root.join("bin/busybox"))?;
+    std::fs::copy(&bins.lockprof, root.join("lockprof"))?;
+    std::fs::copy(&bins.tests, root.join("guest"))?;
+    std::fs::copy(&bins.vmm, root.join("yield_vmm"))?;
+    let mut order = String::new();
+    for (name, bytes) in modules {
+        std::fs::write(root.join("modules").join(format!("{name}.ko")), bytes)?;
+        order.push_str(name);
+        order.push('\n');
+    }
+    std::fs::write(root.join("modules/order"), order)?;
+    std::fs::write(root.join("init"), INIT)?;
+    let out = dir.join("initrd.gz");
+    let script = format!(
+        "chmod 755 init lockprof guest yield_vmm bin/busybox && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+        out.display()
+    );
+    run(Command::new("sh").current_dir(&root).args(["-c", &script])).context("building the initramfs")?;
+    Ok(out)
+}
+
+/// Boots `vmlinuz` with `initrd` under QEMU (TCG, 4 vCPUs) and returns the
+/// console's lines, each also echoed with `prefix`. Killed after `timeout`.
+pub fn boot(vmlinuz: &Path, initrd: &Path, timeout: Duration, prefix: &str) -> Result<Vec<String>> {
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg,thread=single", "-cpu", "max", "-m", "2G", "-smp", "4"])
+        .args(["-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-kernel"])
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    let done = Arc::new(AtomicBool::new(false));
+    let pid = child.id() as i32;
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                if start.elapsed() > timeout {
+                    eprintln!("xtask: the guest ran past {} s; killing it", timeout.as_secs());
+                    // SAFETY: kill(2) on our own child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+    }
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap_or_default();
+        println!("{prefix}{line}");
+        lines.push(line);
+    }
+    let _ = child.wait();
+    done.store(true, Ordering::Relaxed);
+    Ok(lines)
+}

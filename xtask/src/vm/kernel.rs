@@ -1,0 +1,277 @@
+//! A guest kernel from Debian's packages, whatever layout the package has:
+//! the image in `/boot` or `usr/lib/modules/<ver>/vmlinuz`, split
+//! `linux-binary`/`linux-modules` packages (found through the image
+//! package's dependencies), modules under `/lib` or `/usr/lib`, plain or
+//! compressed (`.ko.xz`, `.ko.zst`). Packages are unpacked, never installed.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::apt::{Apt, SUITES};
+use crate::util::run;
+
+/// Which kernel to boot.
+#[derive(Clone, Debug)]
+pub enum Spec {
+    /// The package a meta package (`linux-image-amd64`, `linux-image-rt-amd64`) of a suite names today.
+    Meta {
+        /// Short label for the summary.
+        label: &'static str,
+        /// Suite name.
+        suite: &'static str,
+        /// Meta package.
+        meta: &'static str,
+    },
+    /// An exact kernel package name (any Debian suite the harness knows).
+    Package(String),
+}
+
+impl Spec {
+    /// The matrix: the oldest kernel Debian still ships, current stable, the
+    /// newest in backports, and the PREEMPT_RT flavour of the newest.
+    pub const MATRIX: [Spec; 4] = [
+        Spec::Meta { label: "5.10 (bullseye)", suite: "bullseye", meta: "linux-image-amd64" },
+        Spec::Meta { label: "6.1 (bookworm)", suite: "bookworm", meta: "linux-image-amd64" },
+        Spec::Meta { label: "newest (trixie-backports)", suite: "trixie-backports", meta: "linux-image-amd64" },
+        Spec::Meta { label: "PREEMPT_RT (trixie-backports)", suite: "trixie-backports", meta: "linux-image-rt-amd64" },
+    ];
+
+    /// The default kernel: Debian stable's.
+    pub fn default_kernel() -> Spec {
+        Spec::MATRIX[1].clone()
+    }
+}
+
+/// An unpacked kernel.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// The image package.
+    pub package: String,
+    /// The kernel release (the modules directory's name).
+    pub release: String,
+    /// The compressed image to boot.
+    pub vmlinuz: PathBuf,
+    /// `<root>/[usr/]lib/modules/<release>`.
+    pub modules: PathBuf,
+}
+
+/// The image packages a meta package names, newest first (one per version of
+/// the meta package, for when a mirror lacks the newest file).
+fn images_of(apt: &Apt, meta: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in apt.versions(meta) {
+        for d in apt.depends(&format!("{meta}={v}")) {
+            if d.starts_with("linux-image-") && d != meta && !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+fn find_vmlinuz(root: &Path) -> Option<PathBuf> {
+    let boot = std::fs::read_dir(root.join("boot")).ok().into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.path());
+    let usr = ["usr/lib/modules", "lib/modules"]
+        .iter()
+        .filter_map(|m| std::fs::read_dir(root.join(m)).ok())
+        .flatten()
+        .filter_map(|e| e.ok())
+        .flat_map(|e| [e.path().join("vmlinuz"), e.path().join("vmlinuz.unsigned")]);
+    boot.filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("vmlinuz-")))
+        .chain(usr)
+        .find(|p| p.is_file())
+}
+
+fn find_modules(root: &Path) -> Option<PathBuf> {
+    ["lib/modules", "usr/lib/modules"]
+        .iter()
+        .filter_map(|m| std::fs::read_dir(root.join(m)).ok())
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.join("kernel").is_dir())
+}
+
+fn unpack(deb: &Path, dir: &Path) -> Result<()> {
+    run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(dir)).with_context(|| format!("unpacking {}", deb.display()))
+}
+
+/// Downloads and unpacks `pkg` from `apt` (and, for split packages, the
+/// binary and modules packages it depends on) into `dir`.
+fn fetch(apt: &Apt, pkg: &str, dir: &Path) -> Result<Kernel> {
+    let done = dir.join(".unpacked");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        unpack(&apt.download(pkg)?, dir)?;
+        if find_vmlinuz(dir).is_none() || find_modules(dir).is_none() {
+            // 6.19+: the image package only depends on linux-binary-<ver> and linux-modules-<ver>.
+            for dep in apt.depends(pkg) {
+                if dep.starts_with("linux-binary-") || dep.starts_with("linux-modules-") {
+                    unpack(&apt.download(&dep)?, dir)?;
+                }
+            }
+        }
+        std::fs::write(&done, pkg)?;
+    }
+    let vmlinuz = find_vmlinuz(dir).with_context(|| format!("{pkg}: no vmlinuz under boot/ or usr/lib/modules/"))?;
+    let modules =
+        find_modules(dir).with_context(|| format!("{pkg}: no modules under lib/modules or usr/lib/modules"))?;
+    let release = modules.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(Kernel { package: pkg.to_string(), release, vmlinuz, modules })
+}
+
+/// Resolves, downloads and unpacks `spec` under `root` (cached).
+pub fn prepare(spec: &Spec, root: &Path) -> Result<Kernel> {
+    let apt_root = root.join("apt");
+    match spec {
+        Spec::Meta { suite, meta, .. } => {
+            let suite = SUITES.iter().find(|s| s.name == *suite).with_context(|| format!("unknown suite {suite}"))?;
+            let apt = Apt::open(&apt_root, *suite)?;
+            let images = images_of(&apt, meta);
+            if images.is_empty() {
+                bail!("{meta} in {} names no linux-image package", suite.name);
+            }
+            let mut errors = Vec::new();
+            for img in &images {
+                match fetch(&apt, img, &root.join("kernels").join(img)) {
+                    Ok(k) => return Ok(k),
+                    Err(e) => {
+                        eprintln!("xtask: {img}: {e:#}; trying an older one");
+                        errors.push(format!("{img}: {e:#}"));
+                    }
+                }
+            }
+            bail!("no kernel of {meta} ({}) could be fetched: {}", suite.name, errors.join("; "))
+        }
+        Spec::Package(pkg) => {
+            for suite in SUITES {
+                let apt = Apt::open(&apt_root, *suite)?;
+                if apt.has(pkg) {
+                    return fetch(&apt, pkg, &root.join("kernels").join(pkg));
+                }
+            }
+            bail!(
+                "{pkg} is in none of the suites the harness knows ({})",
+                SUITES.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+            )
+        }
+    }
+}
+
+/// Finds module `name` (`-` and `_` alike; `.ko`, `.ko.xz`, `.ko.zst`).
+fn find_module(root: &Path, name: &str) -> Option<PathBuf> {
+    let stems = [name.replace('_', "-"), name.replace('-', "_")];
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).ok()?.filter_map(|e| e.ok()) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let Some(file) = p.file_name().and_then(|n| n.to_str()) else { continue };
+            let stem = file
+                .strip_suffix(".ko")
+                .or_else(|| file.strip_suffix(".ko.xz"))
+                .or_else(|| file.strip_suffix(".ko.zst"));
+            if stem.is_some_and(|s| stems.iter().any(|w| w == s)) {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// A module's bytes, decompressed (busybox insmod cannot read `.ko.zst`,
+/// and the `depends=` field is inside the compressed data).
+fn module_bytes(path: &Path) -> Result<Vec<u8>> {
+    let name = path.to_string_lossy();
+    let tool = if name.ends_with(".xz") {
+        Some("xz")
+    } else if name.ends_with(".zst") {
+        Some("zstd")
+    } else {
+        None
+    };
+    match tool {
+        None => std::fs::read(path).with_context(|| format!("reading {}", path.display())),
+        Some(t) => {
+            let out = Command::new(t).arg("-dc").arg(path).output().with_context(|| format!("running {t} -dc"))?;
+            if !out.status.success() {
+                bail!("{t} -dc {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            }
+            Ok(out.stdout)
+        }
+    }
+}
+
+/// The `depends=` field of a module's .modinfo section.
+fn module_depends(ko: &[u8]) -> Vec<String> {
+    let key = b"depends=";
+    let Some(at) = ko.windows(key.len()).position(|w| w == key) else { return Vec::new() };
+    let rest = &ko[at + key.len()..];
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    String::from_utf8_lossy(&rest[..end]).split(',').filter(|d| !d.is_empty()).map(str::to_string).collect()
+}
+
+/// Modules to insmod for `wanted`, dependencies first: (name, decompressed bytes).
+pub fn module_order(modules: &Path, wanted: &[&str]) -> Result<Vec<(String, Vec<u8>)>> {
+    fn visit(root: &Path, name: &str, out: &mut Vec<(String, Vec<u8>)>, depth: u32) -> Result<()> {
+        if depth > 16 || out.iter().any(|(n, _)| n == name) {
+            return Ok(());
+        }
+        let path = find_module(root, name).with_context(|| format!("module {name} not in the kernel package"))?;
+        let bytes = module_bytes(&path)?;
+        for d in module_depends(&bytes) {
+            visit(root, &d, out, depth + 1)?;
+        }
+        out.push((name.to_string(), bytes));
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for w in wanted {
+        visit(modules, w, &mut out, 0)?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modinfo_depends_are_read() {
+        let ko = b"\x7fELF....license=GPL\0depends=kvm,ccp\0intree=Y\0";
+        assert_eq!(module_depends(ko), ["kvm", "ccp"]);
+        assert!(module_depends(b"depends=\0").is_empty());
+        assert!(module_depends(b"nothing here").is_empty());
+    }
+
+    #[test]
+    fn every_layout_finds_its_image_and_modules() {
+        let base = std::env::temp_dir().join(format!("xtask-layout-{}", std::process::id()));
+        let layouts: [(&str, &[&str]); 3] = [
+            ("boot", &["boot/vmlinuz-6.1.0-57-amd64", "lib/modules/6.1.0-57-amd64/kernel/arch/x86/kvm/kvm-amd.ko"]),
+            ("merged", &["boot/vmlinuz-6.12.1", "usr/lib/modules/6.12.1/kernel/arch/x86/kvm/kvm_amd.ko.xz"]),
+            ("split", &["usr/lib/modules/7.3.4/vmlinuz", "usr/lib/modules/7.3.4/kernel/virt/lib/irqbypass.ko.zst"]),
+        ];
+        for (name, files) in layouts {
+            let root = base.join(name);
+            for f in files {
+                let p = root.join(f);
+                std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+                std::fs::write(&p, b"x").expect("write");
+            }
+            assert!(find_vmlinuz(&root).is_some(), "{name}: vmlinuz");
+            let m = find_modules(&root).expect("modules dir");
+            let module = if name == "split" { "irqbypass" } else { "kvm-amd" };
+            assert!(find_module(&m, module).is_some(), "{name}: {module}");
+        }
+        let _ = std::fs::remove_dir_all(base);
+    }
+}

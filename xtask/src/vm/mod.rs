@@ -1,0 +1,184 @@
+//! `cargo xtask vm-test`: lockprof inside real Debian kernels under QEMU
+//! (TCG): the kprobe, fentry and tracepoint backends, hold times and KVM
+//! directed yield, which the host kernel cannot show. The guest runs a test
+//! binary (`profiler/tests/guest`) whose libtest verdict, checked against
+//! `lockprof doctor --json`, is the result. `--matrix` boots every kernel of
+//! [`kernel::Spec::MATRIX`] in turn and prints one table. See
+//! ../shared/docs/vm-testing.md.
+
+mod apt;
+mod guest;
+mod kernel;
+mod results;
+
+use std::{
+    fmt::Write as _,
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use self::{
+    guest::{Binaries, KVM_MODULES},
+    kernel::{Kernel, Spec},
+    results::{Outcome, Run},
+};
+use crate::{
+    setup,
+    util::{cargo, output, path_env, run, workspace_root},
+};
+
+/// Options.
+pub struct Opts {
+    /// An exact Debian kernel package (default: Debian stable's).
+    pub kernel: Option<String>,
+    /// Boot every kernel of the matrix.
+    pub matrix: bool,
+    /// Give up on one guest after this long.
+    pub timeout: Duration,
+}
+
+const MUSL: &str = "x86_64-unknown-linux-musl";
+
+fn vm_dir() -> PathBuf {
+    workspace_root().join("target/vm")
+}
+
+/// The static binaries the guest runs.
+fn build() -> Result<Binaries> {
+    let targets = output(Command::new("rustup").env("PATH", path_env()).args(["target", "list", "--installed"]))
+        .unwrap_or_default();
+    if !targets.lines().any(|l| l.trim() == MUSL) {
+        run(Command::new("rustup").env("PATH", path_env()).args(["target", "add", MUSL]))?;
+    }
+    run(cargo().args(["build", "--release", "--package", "profiler", "--bin", "lockprof", "--target", MUSL]))?;
+    run(cargo().args(["build", "--release", "--package", "profiler", "--example", "yield_vmm", "--target", MUSL]))?;
+    let out = cargo()
+        .args(["test", "--release", "--package", "profiler", "--features", "guest-tests", "--test", "guest"])
+        .args(["--no-run", "--message-format", "json", "--target", MUSL])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("building the guest test binary")?;
+    if !out.status.success() {
+        bail!("building the guest test binary failed");
+    }
+    let tests = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "guest")
+        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+        .context("cargo named no guest test executable")?;
+    let release = workspace_root().join(format!("target/{MUSL}/release"));
+    Ok(Binaries { lockprof: release.join("lockprof"), tests, vmm: release.join("examples/yield_vmm") })
+}
+
+/// One kernel: prepared, booted, parsed.
+struct Outcome1 {
+    label: String,
+    kernel: Option<Kernel>,
+    run: Run,
+    problems: Vec<String>,
+    secs: f64,
+}
+
+fn one(spec: &Spec, bins: &Binaries, timeout: Duration) -> Outcome1 {
+    let started = Instant::now();
+    let label = match spec {
+        Spec::Meta { label, .. } => label.to_string(),
+        Spec::Package(p) => p.clone(),
+    };
+    let attempt = || -> Result<(Kernel, Run)> {
+        let k = kernel::prepare(spec, &vm_dir())?;
+        let modules = kernel::module_order(&k.modules, KVM_MODULES)?;
+        let initrd = guest::initramfs(&vm_dir(), bins, &modules)?;
+        eprintln!("xtask: booting {} ({}) under QEMU (TCG, 4 vCPUs)", k.package, k.release);
+        let lines = guest::boot(&k.vmlinuz, &initrd, timeout, &format!("vm {}| ", k.release))?;
+        let log = vm_dir().join(format!("{}.console.log", k.release));
+        std::fs::write(&log, lines.join("\n") + "\n").with_context(|| format!("writing {}", log.display()))?;
+        Ok((k, results::parse(&lines)))
+    };
+    match attempt() {
+        Ok((k, run)) => {
+            let problems = run.problems();
+            Outcome1 {
+                label: format!("{label}: {}", k.release),
+                kernel: Some(k),
+                run,
+                problems,
+                secs: started.elapsed().as_secs_f64(),
+            }
+        }
+        Err(e) => Outcome1 {
+            label,
+            kernel: None,
+            run: Run::default(),
+            problems: vec![format!("{e:#}")],
+            secs: started.elapsed().as_secs_f64(),
+        },
+    }
+}
+
+fn table(outs: &[Outcome1]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| kernel | backend | check | result |\n|---|---|---|---|");
+    for o in outs {
+        for c in &o.run.checks {
+            let (b, check) = c.split();
+            let res = match &c.outcome {
+                Outcome::Pass => "pass".to_string(),
+                Outcome::Fail => "**FAIL**".to_string(),
+                Outcome::Skip(why) => format!("skip: {why}"),
+            };
+            let _ = writeln!(s, "| {} | {b} | {check} | {res} |", o.label);
+        }
+        for p in &o.problems {
+            let _ = writeln!(s, "| {} | - | harness | **FAIL**: {p} |", o.label);
+        }
+    }
+    s
+}
+
+/// Runs the guest tests on one kernel or the matrix.
+pub fn run_vm(o: &Opts) -> Result<()> {
+    let started = Instant::now();
+    setup::apt_tools(&[
+        ("qemu-system-x86_64", "qemu-system-x86"),
+        ("busybox", "busybox-static"),
+        ("cpio", "cpio"),
+        ("xz", "xz-utils"),
+        ("zstd", "zstd"),
+    ])?;
+    let bins = build()?;
+    let specs: Vec<Spec> = match (&o.kernel, o.matrix) {
+        (Some(k), _) => vec![Spec::Package(k.clone())],
+        (None, true) => Spec::MATRIX.to_vec(),
+        (None, false) => vec![Spec::default_kernel()],
+    };
+    let outs: Vec<Outcome1> = specs.iter().map(|s| one(s, &bins, o.timeout)).collect();
+    let t = table(&outs);
+    println!("\n{t}");
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for out in &outs {
+        let (p, f, s) = out.run.counts();
+        passed += p;
+        failed += f + out.problems.len();
+        skipped += s;
+        println!(
+            "vm-test: {}: {p} passed, {} failed, {s} skipped in {:.0} s ({})",
+            out.label,
+            f + out.problems.len(),
+            out.secs,
+            out.kernel.as_ref().map_or("not booted", |k| k.package.as_str())
+        );
+    }
+    let total = started.elapsed().as_secs_f64();
+    println!("vm-test: {passed} passed, {failed} failed, {skipped} skipped in {total:.0} s");
+    std::fs::create_dir_all(vm_dir())?;
+    std::fs::write(vm_dir().join("summary.md"), &t)?;
+    if failed > 0 {
+        bail!("vm-test: {failed} guest check(s) failed");
+    }
+    Ok(())
+}
