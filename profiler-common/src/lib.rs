@@ -28,4 +28,6 @@ pub use record::{
     ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, YieldEvent,
     record_size,
 };
-pub use state::{HoldKey, HoldStart, PendingWait, STACK_SKIPPED, StackBudget, TaskWait, YieldStart, task_key};
+pub use state::{
+    CachedStack, HoldKey, HoldStart, PendingWait, STACK_CACHE_SLOTS, STACK_SKIPPED, StackBudget, YieldStart, task_key,
+};

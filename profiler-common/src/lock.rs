@@ -30,6 +30,12 @@ pub mod probe_flags {
     pub const RWLOCK_READ: u32 = lcb::SPIN | lcb::READ;
     /// `queued_write_lock_slowpath`.
     pub const RWLOCK_WRITE: u32 = lcb::SPIN | lcb::WRITE;
+    /// PREEMPT_RT: `rt_mutex_slowlock` (mutexes and rt_mutexes).
+    pub const RT_MUTEX: u32 = lcb::RT;
+    /// PREEMPT_RT: `rtlock_slowlock_locked` (spinlock_t, which sleeps on RT).
+    pub const RTLOCK: u32 = lcb::RT;
+    /// PREEMPT_RT: `__rwbase_read_lock` (rw_semaphore readers).
+    pub const RWBASE_READ: u32 = lcb::RT | lcb::READ;
 }
 
 /// Kind of lock, derived from the `LCB_F_*` flags of a contention.

@@ -14,6 +14,8 @@ pub mod map {
     pub const PENDING: &str = "PENDING";
     /// Pure spinning waits, per CPU.
     pub const SPIN_PENDING: &str = "SPIN_PENDING";
+    /// Per-CPU cache of recent stacks per thread slot.
+    pub const STACK_CACHE: &str = "STACK_CACHE";
     /// First aggregate map.
     pub const AGG_A: &str = "AGG_A";
     /// Second aggregate map.
@@ -46,6 +48,7 @@ pub mod map {
         EVENTS,
         PENDING,
         SPIN_PENDING,
+        STACK_CACHE,
         AGG_A,
         AGG_B,
         ACTIVE,
@@ -83,6 +86,12 @@ pub mod prog {
     pub const KP_RWLOCK_READ: &str = "kp_rwlock_read";
     /// kprobe at `queued_write_lock_slowpath`.
     pub const KP_RWLOCK_WRITE: &str = "kp_rwlock_write";
+    /// kprobe at PREEMPT_RT's `rt_mutex_slowlock`.
+    pub const KP_RT_MUTEX: &str = "kp_rt_mutex";
+    /// kprobe at PREEMPT_RT's `rtlock_slowlock_locked`.
+    pub const KP_RTLOCK: &str = "kp_rtlock";
+    /// kprobe at PREEMPT_RT's `__rwbase_read_lock`.
+    pub const KP_RWBASE_READ: &str = "kp_rwbase_read";
     /// kretprobe of the sleeping slowpaths.
     pub const KRP_SLEEP: &str = "krp_sleep";
     /// kretprobe of the spinning slowpaths.
@@ -116,6 +125,18 @@ pub mod prog {
     pub const FE_RWLOCK_WRITE: &str = "fe_rwlock_write";
     /// fexit of `queued_write_lock_slowpath`.
     pub const FX_RWLOCK_WRITE: &str = "fx_rwlock_write";
+    /// fentry of PREEMPT_RT's `rt_mutex_slowlock`.
+    pub const FE_RT_MUTEX: &str = "fe_rt_mutex";
+    /// fexit of PREEMPT_RT's `rt_mutex_slowlock`.
+    pub const FX_RT_MUTEX: &str = "fx_rt_mutex";
+    /// fentry of PREEMPT_RT's `rtlock_slowlock_locked`.
+    pub const FE_RTLOCK: &str = "fe_rtlock";
+    /// fexit of PREEMPT_RT's `rtlock_slowlock_locked`.
+    pub const FX_RTLOCK: &str = "fx_rtlock";
+    /// fentry of PREEMPT_RT's `__rwbase_read_lock`.
+    pub const FE_RWBASE_READ: &str = "fe_rwbase_read";
+    /// fexit of PREEMPT_RT's `__rwbase_read_lock`.
+    pub const FX_RWBASE_READ: &str = "fx_rwbase_read";
 
     /// kprobe on any release function.
     pub const KP_RELEASE: &str = "kp_release";
@@ -141,6 +162,10 @@ pub mod prog {
     pub const FR_READ_UNLOCK_BH: &str = "fr_read_unlock_bh";
     /// fentry on `_raw_write_unlock_bh`.
     pub const FR_WRITE_UNLOCK_BH: &str = "fr_write_unlock_bh";
+    /// fentry on PREEMPT_RT's `rt_read_unlock` (rwlock_t readers).
+    pub const FR_RT_READ_UNLOCK: &str = "fr_rt_read_unlock";
+    /// fentry on PREEMPT_RT's `rt_write_unlock` (rwlock_t writers).
+    pub const FR_RT_WRITE_UNLOCK: &str = "fr_rt_write_unlock";
 
     /// fentry on `yield_to`.
     pub const FE_YIELD_TO: &str = "fe_yield_to";
@@ -162,6 +187,9 @@ pub mod prog {
         KP_RWSEM_WRITE,
         KP_RWLOCK_READ,
         KP_RWLOCK_WRITE,
+        KP_RT_MUTEX,
+        KP_RTLOCK,
+        KP_RWBASE_READ,
         KRP_SLEEP,
         KRP_SPIN,
         FE_MUTEX,
@@ -178,6 +206,12 @@ pub mod prog {
         FX_RWLOCK_READ,
         FE_RWLOCK_WRITE,
         FX_RWLOCK_WRITE,
+        FE_RT_MUTEX,
+        FX_RT_MUTEX,
+        FE_RTLOCK,
+        FX_RTLOCK,
+        FE_RWBASE_READ,
+        FX_RWBASE_READ,
         KP_RELEASE,
         FR_MUTEX_UNLOCK,
         FR_UP_READ,
@@ -190,6 +224,8 @@ pub mod prog {
         FR_WRITE_UNLOCK_IRQRESTORE,
         FR_READ_UNLOCK_BH,
         FR_WRITE_UNLOCK_BH,
+        FR_RT_READ_UNLOCK,
+        FR_RT_WRITE_UNLOCK,
         FE_YIELD_TO,
         FX_YIELD_TO,
         KP_YIELD_TO,

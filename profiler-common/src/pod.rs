@@ -15,7 +15,7 @@ pod!(
     super::ContentionEvent,
     super::YieldEvent,
     super::PendingWait,
-    super::TaskWait,
+    super::CachedStack,
     super::Config,
     super::AggKey,
     super::AggVal,

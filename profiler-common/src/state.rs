@@ -25,21 +25,27 @@ pub struct PendingWait {
     pub tid: u32,
 }
 
-/// Value of the per-task `PENDING` map: the wait in progress, plus the last
-/// captured stack, reused when the stack budget is spent and the same thread
-/// waits again on the same lock with the same flags.
+/// An entry of the per-CPU stack cache (`STACK_CACHE`, indexed by
+/// `tid % STACK_CACHE_SLOTS`): the last stack captured for a thread on this
+/// CPU, reused when the budget is spent and the same thread waits again on
+/// the same lock with the same flags.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct TaskWait {
-    /// The wait in progress (`lock_addr == 0`: none).
-    pub wait: PendingWait,
-    /// Lock of the last captured stack.
-    pub last_lock: u64,
-    /// Flags of the last captured stack.
-    pub last_flags: u32,
-    /// The last captured stack id.
-    pub last_stack_id: i32,
+pub struct CachedStack {
+    /// Lock of the captured stack.
+    pub lock_addr: u64,
+    /// Thread it was captured for.
+    pub tid: u32,
+    /// Flags of that wait.
+    pub flags: u32,
+    /// The stack id.
+    pub stack_id: i32,
+    /// Reserved, zero.
+    pub _pad: u32,
 }
+
+/// Entries of the per-CPU stack cache.
+pub const STACK_CACHE_SLOTS: u32 = 16;
 
 /// Per-CPU stack budget state.
 #[repr(C)]
@@ -114,7 +120,7 @@ mod tests {
     #[test]
     fn layouts_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<PendingWait>(), 32);
-        assert_eq!(core::mem::size_of::<TaskWait>(), 48);
+        assert_eq!(core::mem::size_of::<CachedStack>(), 24);
         assert_eq!(core::mem::size_of::<YieldStart>(), 40);
         assert_eq!(core::mem::size_of::<HoldKey>(), 16);
         assert_eq!(core::mem::size_of::<HoldStart>(), 16);

@@ -79,9 +79,12 @@ kprobe_entries! {
     kp_rwsem_write, probe_flags::RWSEM_WRITE;
     kp_rwlock_read, probe_flags::RWLOCK_READ;
     kp_rwlock_write, probe_flags::RWLOCK_WRITE;
+    kp_rt_mutex, probe_flags::RT_MUTEX;
+    kp_rtlock, probe_flags::RTLOCK;
+    kp_rwbase_read, probe_flags::RWBASE_READ;
 }
 
-/// kretprobe of the sleeping slowpaths (mutex, rwsem).
+/// kretprobe of the sleeping slowpaths (mutex, rwsem, and PREEMPT_RT's locks).
 #[kretprobe]
 pub fn krp_sleep(ctx: RetProbeContext) -> u32 {
     match guarded(|| probe_end(&ctx, false)) {
@@ -132,4 +135,7 @@ fentry_waits! {
     fe_rwsem_write, fx_rwsem_write, probe_flags::RWSEM_WRITE, false;
     fe_rwlock_read, fx_rwlock_read, probe_flags::RWLOCK_READ, true;
     fe_rwlock_write, fx_rwlock_write, probe_flags::RWLOCK_WRITE, true;
+    fe_rt_mutex, fx_rt_mutex, probe_flags::RT_MUTEX, false;
+    fe_rtlock, fx_rtlock, probe_flags::RTLOCK, false;
+    fe_rwbase_read, fx_rwbase_read, probe_flags::RWBASE_READ, false;
 }

@@ -76,4 +76,6 @@ fentry_releases!(
     fr_write_unlock_irqrestore,
     fr_read_unlock_bh,
     fr_write_unlock_bh,
+    fr_rt_read_unlock,
+    fr_rt_write_unlock,
 );

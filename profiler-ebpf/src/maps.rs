@@ -8,9 +8,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_common::{
-    AggKey, AggVal, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES,
-    HoldKey, HoldStart, PendingWait, StackBudget, TGID_FILTER_ENTRIES, TaskWait, YIELD_PENDING_ENTRIES, YieldStart,
-    counter,
+    AggKey, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
+    DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, PendingWait, STACK_CACHE_SLOTS, StackBudget, TGID_FILTER_ENTRIES,
+    YIELD_PENDING_ENTRIES, YieldStart, counter,
 };
 
 /// Filters and knobs, written by userspace before load.
@@ -21,16 +21,21 @@ pub static CONFIG: Global<Config> = Global::new(Config::DEFAULT);
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 
-/// Waits that may sleep, keyed by `task_key`. Entries stay resident (idle
-/// when `lock_addr == 0`) and are reused; userspace deletes those of exited
-/// tasks every interval. (An LRU map was tried: it evicted entries of tasks
+/// Waits that sleep, keyed by `task_key`. Entries stay resident (idle when
+/// `lock_addr == 0`) and are reused; userspace deletes those of exited tasks
+/// every interval. (An LRU map was tried: it evicted entries of tasks
 /// sleeping in a wait under fork-storm churn, losing those waits.)
 #[map]
-pub static PENDING: HashMap<u64, TaskWait> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
+pub static PENDING: HashMap<u64, PendingWait> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
 
 /// Pure spinning waits, per CPU (free when `lock_addr == 0`).
 #[map]
 pub static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(1, 0);
+
+/// The last stack captured per thread slot (`tid % STACK_CACHE_SLOTS`) on
+/// this CPU, reused when the stack budget is spent.
+#[map]
+pub static STACK_CACHE: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(STACK_CACHE_SLOTS, 0);
 
 /// Aggregate mode: two per-CPU maps, one active (written by the programs)
 /// while userspace drains the other; `ACTIVE[0]` says which.

@@ -2,11 +2,11 @@
 
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_log_ebpf::warn;
-use profiler_common::{Config, STACK_SKIPPED, STACK_WINDOW_NS, TaskWait, counter};
+use profiler_common::{CachedStack, Config, STACK_CACHE_SLOTS, STACK_SKIPPED, STACK_WINDOW_NS, counter};
 
 use crate::{
     context::count,
-    maps::{STACK_BUDGET, STACKS},
+    maps::{STACK_BUDGET, STACK_CACHE, STACKS},
 };
 
 /// Walks the kernel stack into the stack map; a negative errno on failure.
@@ -48,31 +48,27 @@ fn budget_allows(limit: u32, now: u64) -> bool {
     true
 }
 
-/// The stack for a new wait (or call): walked when the budget allows (and
-/// remembered in the task's entry), else the task's last stack for the same
-/// lock and flags, else [`STACK_SKIPPED`]. Both outcomes are counted.
+/// The stack for a new wait (or call) of thread `tid`: walked when the
+/// budget allows (and remembered in this CPU's stack cache), else the
+/// thread's last stack on this CPU for the same lock and flags, else
+/// [`STACK_SKIPPED`]. Both outcomes are counted.
 #[inline(always)]
-pub fn stack_for<C: StackIdContext>(
-    ctx: &C,
-    cfg: &Config,
-    now: u64,
-    lock_addr: u64,
-    flags: u32,
-    task: Option<&mut TaskWait>,
-) -> i32 {
+pub fn stack_for<C: StackIdContext>(ctx: &C, cfg: &Config, now: u64, lock_addr: u64, flags: u32, tid: u32) -> i32 {
+    let cached = STACK_CACHE.get_ptr_mut(tid % STACK_CACHE_SLOTS);
     if budget_allows(cfg.stacks_per_window, now) {
         let id = capture(ctx);
-        if let Some(t) = task {
-            t.last_lock = lock_addr;
-            t.last_flags = flags;
-            t.last_stack_id = id;
+        if let Some(c) = cached {
+            // SAFETY: this CPU's cache entry from a successful lookup, valid
+            // for the map's lifetime (see `context` for concurrent updates).
+            unsafe { *c = CachedStack { lock_addr, tid, flags, stack_id: id, _pad: 0 } };
         }
         return id;
     }
-    match task {
-        Some(t) if t.last_lock == lock_addr && t.last_flags == flags && t.last_stack_id >= 0 => {
+    // SAFETY: as above; only read.
+    match cached.map(|c| unsafe { *c }) {
+        Some(c) if c.tid == tid && c.lock_addr == lock_addr && c.flags == flags && c.stack_id >= 0 => {
             count(counter::STACK_REUSED);
-            t.last_stack_id
+            c.stack_id
         }
         _ => {
             count(counter::STACK_SKIPPED);

@@ -5,7 +5,7 @@ use aya_ebpf::{EbpfContext, bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, pr
 use aya_log_ebpf::warn;
 use profiler_common::{
     AggKey, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey, HoldStart, LockType,
-    MODE_AGGREGATE, PendingWait, TaskWait, counter, is_spinning, task_key,
+    MODE_AGGREGATE, PendingWait, counter, is_spinning, task_key,
 };
 
 use crate::{
@@ -37,11 +37,22 @@ fn merge_begin(slot: &mut PendingWait, lock_addr: u64, flags: u32) -> bool {
 
 /// The task's resident entry in `PENDING`, if it has one.
 #[inline(always)]
-fn task_entry(key: u64) -> Option<&'static mut TaskWait> {
+fn task_entry(key: u64) -> Option<&'static mut PendingWait> {
     // SAFETY: a live map value owned by this task (or, for tid 0, this CPU):
     // only this task's programs read or write it, and entries stay resident
     // (userspace deletes only idle entries of exited threads).
     PENDING.get_ptr_mut(key).map(|t| unsafe { &mut *t })
+}
+
+/// This CPU's slot for pure spinning waits.
+#[inline(always)]
+fn spin_slot() -> Option<&'static mut PendingWait> {
+    // SAFETY: this CPU's slot from a successful lookup, valid for the map's
+    // lifetime. A spinning waiter cannot be preempted or migrate while its
+    // wait is in it (its lock's fast path disabled preemption), so only a
+    // nested program (an interrupt's wait) can touch it meanwhile, which
+    // merge_begin tells apart.
+    SPIN_PENDING.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
 /// A wait begins (`contention_begin`, or a probed slowpath's entry).
@@ -55,36 +66,27 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Resul
     if !wanted(&cfg, ids.tgid) {
         return Ok(0);
     }
-    let key = task_key(ids.tid, ids.cpu);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let wait = |stack_id| PendingWait { begin_ns: now, lock_addr, flags, stack_id, tgid: ids.tgid, tid: ids.tid };
 
     if is_spinning(flags) {
-        let slot = SPIN_PENDING.get_ptr_mut(0).ok_or(0u32)?;
-        // SAFETY: this CPU's slot; a spinning waiter has preemption disabled
-        // (the lock's own fast path disabled it), so nothing else on this
-        // CPU but a nested program touches it, which merge_begin handles.
-        let slot = unsafe { &mut *slot };
+        let slot = spin_slot().ok_or(0u32)?;
         if merge_begin(slot, lock_addr, flags) {
-            // The task entry only remembers or supplies a reusable stack.
-            let id = stack_for(ctx, &cfg, now, lock_addr, flags, task_entry(key));
-            *slot = wait(id);
+            *slot = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
         }
         return Ok(0);
     }
 
+    let key = task_key(ids.tid, ids.cpu);
     if let Some(entry) = task_entry(key) {
-        if merge_begin(&mut entry.wait, lock_addr, flags) {
-            let id = stack_for(ctx, &cfg, now, lock_addr, flags, Some(&mut *entry));
-            entry.wait = wait(id);
+        if merge_begin(entry, lock_addr, flags) {
+            *entry = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
         }
         return Ok(0);
     }
-    // First contention of this task: one insert for its lifetime.
-    let mut entry = TaskWait::default();
-    let id = stack_for(ctx, &cfg, now, lock_addr, flags, Some(&mut entry));
-    entry.wait = wait(id);
+    // First contention of this task that may sleep: one insert for its lifetime.
+    let entry = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
     if let Err(e) = PENDING.insert(key, entry, u64::from(BPF_NOEXIST)) {
         if count(counter::PENDING_FULL) {
             warn!(ctx, "lockprof: pending-wait map insert failed: {}", e);
@@ -94,15 +96,13 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Resul
     Ok(0)
 }
 
-/// Takes the wait on `lock_addr` out of the per-CPU or per-task slot.
+/// Takes the wait on `lock_addr` out of the per-CPU slot or the per-task entry.
 #[inline(always)]
 fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
     // Whether some wait is pending here: then an end we cannot match is the
     // end of a nested wait that begin skipped, not an end without a begin.
     let mut busy = false;
-    if let Some(slot) = SPIN_PENDING.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot; see on_begin.
-        let slot = unsafe { &mut *slot };
+    if let Some(slot) = spin_slot() {
         if slot.lock_addr == lock_addr {
             let p = *slot;
             slot.lock_addr = 0;
@@ -110,8 +110,7 @@ fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
         }
         busy = slot.lock_addr != 0;
     }
-    if let Some(entry) = task_entry(key) {
-        let w = &mut entry.wait;
+    if let Some(w) = task_entry(key) {
         if w.lock_addr == lock_addr {
             let p = *w;
             w.lock_addr = 0;
@@ -227,16 +226,14 @@ pub fn probe_end<C: EbpfContext>(ctx: &C, spinning: bool) -> Result<u32, u32> {
         if *d != 0 {
             return Ok(0);
         }
-        let slot = SPIN_PENDING.get_ptr_mut(0).ok_or(0u32)?;
-        // SAFETY: as above.
-        let slot = unsafe { &mut *slot };
+        let slot = spin_slot().ok_or(0u32)?;
         let p = *slot;
         slot.lock_addr = 0;
         p
     } else {
         let entry = task_entry(task_key(ids.tid, ids.cpu)).ok_or(0u32)?;
-        let p = entry.wait;
-        entry.wait.lock_addr = 0;
+        let p = *entry;
+        entry.lock_addr = 0;
         p
     };
     if pending.lock_addr == 0 {

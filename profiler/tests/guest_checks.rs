@@ -26,6 +26,7 @@ fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockP
         name: name.map(str::to_string),
         name_source: name.map(|_| NameSource::Inferred),
         class: format!("{} @ {caller}", lockprof::model::type_name(ty)),
+        rt_base: None,
         wait: stats(LOCK_SIGFIG, &[1_000, 2_000]),
         hold: None,
         callers: vec![CallerProfile {
@@ -131,44 +132,49 @@ const KVM_PATH: &str = "kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hype
 #[test]
 fn yield_checks_fail_with_the_numbers() {
     let ok = yield_profile(&[1, 1, 1, 0], KVM_PATH);
-    assert!(yields::compare_calls(&ok, &vmm(Some(4)), "fentry", yields::expected_path(true)).is_ok());
+    assert!(yields::compare_calls(&ok, &vmm(Some(4)), "fentry").is_ok());
     assert!(yields::compare_outcomes(&ok, &vmm(Some(4))).expect("compare").is_some());
-    let e = yields::compare_calls(
-        &yield_profile(&[1, 1, 1], KVM_PATH),
-        &vmm(Some(4)),
-        "fentry",
-        yields::expected_path(true),
-    )
-    .expect_err("lost");
+    let e = yields::compare_calls(&yield_profile(&[1, 1, 1], KVM_PATH), &vmm(Some(4)), "fentry").expect_err("lost");
     assert!(e.contains("saw 3 yield_to calls") && e.contains("4 hypercalls"), "{e}");
     let e = yields::compare_outcomes(&yield_profile(&[1, 1, 1, 1], KVM_PATH), &vmm(Some(4))).expect_err("split");
     assert!(e.contains("4 yielded / 0 not; KVM: 3 successful / 1 not"), "{e}");
-    assert!(
-        yields::compare_calls(&ok, &vmm(Some(4)), "kprobe", yields::expected_path(true))
-            .expect_err("backend")
-            .contains("wanted kprobe")
-    );
+    assert!(yields::compare_calls(&ok, &vmm(Some(4)), "kprobe").expect_err("backend").contains("wanted kprobe"));
     let spin = yield_profile(&[1, 1, 1, 0], "kvm_vcpu_yield_to <- kvm_vcpu_on_spin");
-    let e = yields::compare_calls(&spin, &vmm(Some(4)), "fentry", yields::expected_path(true));
+    let e = yields::compare_calls(&spin, &vmm(Some(4)), "fentry");
     assert!(e.expect_err("path").contains("not resolved to KVM"));
-    // 5.10 inlines kvm_sched_yield: the path goes straight to kvm_emulate_hypercall there.
+    // 5.10 leaves no kvm_sched_yield frame: the path goes straight to kvm_emulate_hypercall there.
     let inlined = yield_profile(&[1, 1, 1, 0], "kvm_vcpu_yield_to <- kvm_emulate_hypercall <- kvm_arch_vcpu_ioctl_run");
-    assert!(yields::compare_calls(&inlined, &vmm(Some(4)), "fentry", yields::expected_path(false)).is_ok());
-    assert!(yields::compare_calls(&inlined, &vmm(Some(4)), "fentry", yields::expected_path(true)).is_err());
+    assert!(yields::compare_calls(&inlined, &vmm(Some(4)), "fentry").is_ok());
     let mut off = ok.clone();
     off.meta.yield_backend = None;
     off.meta.yield_unavailable = Some("no kprobe PMU".into());
-    assert!(
-        yields::compare_calls(&off, &vmm(Some(4)), "fentry", yields::expected_path(true))
-            .expect_err("not probed")
-            .contains("no kprobe PMU")
-    );
+    assert!(yields::compare_calls(&off, &vmm(Some(4)), "fentry").expect_err("not probed").contains("no kprobe PMU"));
     assert!(yields::parse_vmm("nothing").is_err());
 }
 
 #[test]
 fn kernels_without_kvm_statistics_compare_calls_only() {
     let ok = yield_profile(&[1, 1, 1, 0], KVM_PATH);
-    assert!(yields::compare_calls(&ok, &vmm(None), "fentry", yields::expected_path(true)).is_ok());
+    assert!(yields::compare_calls(&ok, &vmm(None), "fentry").is_ok());
     assert_eq!(yields::compare_outcomes(&ok, &vmm(None)), Ok(None), "nothing to compare with");
+}
+
+#[test]
+fn fork_check_takes_either_side_of_tasklist_lock_but_wants_the_name() {
+    let p = profile(vec![lock(Some("tasklist_lock"), LockType::Rwlock, LockMode::Read, "__do_wait")]);
+    assert!(checks::tasklist_fork_waits(&p, false).is_ok(), "readers in wait contend on newer kernels");
+    assert!(checks::tasklist_waits(&p, false).is_err(), "setpgid's check wants the write side");
+    let p = profile(vec![lock(None, LockType::Rwlock, LockMode::Write, "copy_process")]);
+    assert!(checks::tasklist_fork_waits(&p, false).expect_err("unnamed").contains("tasklist_lock not found"));
+}
+
+#[test]
+fn pipe_check_takes_an_rt_mutex_that_is_a_mutex() {
+    let mut l = lock(None, LockType::RtMutex, LockMode::Exclusive, "anon_pipe_write");
+    assert!(
+        checks::pipe_mutex(&profile(vec![l.clone()])).is_err(),
+        "an rt-mutex of unknown kind is not the pipe mutex"
+    );
+    l.rt_base = Some("mutex".into());
+    assert!(checks::pipe_mutex(&profile(vec![l])).is_ok());
 }

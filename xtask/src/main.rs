@@ -37,9 +37,9 @@ enum Cmd {
     },
     /// Set up, then `cargo install` lockprof into ~/.cargo/bin.
     Install,
-    /// Overhead benchmarks on the seed workloads (root); rewrites BENCHMARKS.md.
+    /// Overhead and fidelity beside perf -b on the seed workloads (root); rewrites BENCHMARKS.md.
     Bench {
-        /// Rounds per workload (each runs every mode once).
+        /// Rounds per workload (each runs every tracer once).
         #[arg(long, default_value_t = 5)]
         rounds: usize,
         /// Seconds per run.
@@ -51,6 +51,12 @@ enum Cmd {
         /// Workloads, comma separated.
         #[arg(long, value_delimiter = ',', default_value = "pipe,fork,unlink,prio")]
         workloads: Vec<String>,
+        /// Extra lockprof designs in the rotation, `label=record args` (repeatable).
+        #[arg(long = "variant", value_name = "LABEL=ARGS")]
+        variants: Vec<String>,
+        /// Only the rotation (written to target/bench.md, BENCHMARKS.md untouched).
+        #[arg(long)]
+        rotation_only: bool,
     },
     /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
@@ -121,7 +127,7 @@ fn main() -> Result<()> {
         Cmd::VmTest { kernel, matrix, timeout } => {
             vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout) })
         }
-        Cmd::Bench { rounds, duration, threads, workloads } => {
+        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
             }
@@ -137,7 +143,7 @@ fn main() -> Result<()> {
                 "--bin",
                 "lockprof-bench",
             ]))?;
-            bench::run(&bench::Opts { rounds: rounds.max(1), duration, threads, workloads })
+            bench::run(&bench::Opts { rounds: rounds.max(1), duration, threads, workloads, variants, rotation_only })
         }
     }
 }

@@ -133,7 +133,8 @@ async fn floor(duration: Option<f64>) -> anyhow::Result<serde_json::Value> {
         },
         None => stop.cancelled().await,
     }
-    Ok(json!({ "tracepoint_hits": floor.count() }))
+    let (begins, ends) = floor.counts();
+    Ok(json!({ "begins": begins, "ends": ends }))
 }
 
 fn main() -> anyhow::Result<()> {

@@ -77,7 +77,7 @@ value_enum!(Metric {
 
 value_enum!(Workload {
     Workload::Pipe => "writers on one pipe (the pipe mutex), one reader draining it",
-    Workload::Fork => "threads looping fork / _exit / waitpid (tasklist_lock, mmap_lock)",
+    Workload::Fork => "threads creating and reaping tasks that exit at once (tasklist_lock write vs read)",
     Workload::Unlink => "threads creating and unlinking files in one directory (its i_rwsem)",
     Workload::Prio => "getpriority(PRIO_PGRP) readers against a forker (tasklist_lock read side)",
     Workload::Mmap => "mmap/munmap loops against page-faulting threads (mmap_lock)",

@@ -25,6 +25,7 @@ pub enum BtfError {
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_FUNC: u32 = 12;
 
 struct Member {
     name_off: u32,
@@ -39,6 +40,10 @@ enum Ty {
     },
     /// Typedefs and qualifiers that point at another type.
     Ref(u32),
+    /// A function (what fentry/fexit can attach to).
+    Func {
+        name_off: u32,
+    },
     Other,
 }
 
@@ -106,6 +111,7 @@ impl<'a> Types<'a> {
                     Ty::Composite { name_off, members }
                 }
                 8..=11 | 18 => Ty::Ref(size_or_type),
+                KIND_FUNC => Ty::Func { name_off },
                 _ => Ty::Other,
             });
             at += 12 + extra;
@@ -126,6 +132,12 @@ impl<'a> Types<'a> {
             }
         }
         None
+    }
+
+    /// Whether the BTF describes a function called `name` (fentry/fexit can
+    /// only attach to those).
+    pub fn has_func(&self, name: &str) -> bool {
+        self.types.iter().any(|t| matches!(t, Ty::Func { name_off } if self.name(*name_off) == name.as_bytes()))
     }
 
     /// Byte offset of `member` in `struct name`, looking through anonymous
@@ -210,6 +222,8 @@ mod tests {
         push(&[0, 8 << 24, 4]);
         // 6: struct task_struct (kind_flag set: bitfield encoding of offsets)
         push(&[o_task, (1 << 31) | (4 << 24) | 4, 40, o_state, 1, 0, 0, 5, 64, o_tgid, 1, 128, o_comm, 2, 160]);
+        // 7: a function named "state" (FUNC, pointing at no prototype here)
+        push(&[o_state, 12 << 24, 0]);
         strings.push(0);
         let mut b = Vec::new();
         b.extend(MAGIC.to_le_bytes());
@@ -230,6 +244,14 @@ mod tests {
         assert_eq!(o.pid, 12, "8 (union) + 4 (pid inside the anonymous struct)");
         assert_eq!(o.tgid, 16);
         assert_eq!(o.comm, 20);
+    }
+
+    #[test]
+    fn functions_are_known_by_name() {
+        let b = blob();
+        let t = Types::parse(&b).expect("parse");
+        assert!(t.has_func("state"));
+        assert!(!t.has_func("pid"), "a member is not a function");
     }
 
     #[test]

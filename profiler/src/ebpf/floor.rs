@@ -29,13 +29,11 @@ impl FloorProbes {
         Ok(FloorProbes { ebpf })
     }
 
-    /// Tracepoint hits counted so far (begin + end).
-    pub fn count(&self) -> u64 {
-        self.ebpf
-            .map(floor::MAP)
-            .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-            .and_then(|a| a.get(&0, 0).ok())
-            .map(|v| v.iter().sum())
-            .unwrap_or(0)
+    /// Tracepoint hits counted so far: (begins, ends). Every contention has
+    /// one end (a mutex that spins, then sleeps, begins twice).
+    pub fn counts(&self) -> (u64, u64) {
+        let arr = self.ebpf.map(floor::MAP).and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok());
+        let sum = |i: u32| arr.as_ref().and_then(|a| a.get(&i, 0).ok()).map(|v| v.iter().sum()).unwrap_or(0);
+        (sum(0), sum(1))
     }
 }

@@ -76,6 +76,31 @@ pub const WAIT_TARGETS: &[WaitTarget] = &[
         fexit: prog::FX_RWLOCK_WRITE,
         spinning: true,
     },
+    // PREEMPT_RT: mutexes, rt_mutexes, spinlock_t and rw_semaphore readers
+    // sleep in these (rwlock_t's and rwsem writers' slowpaths are inlined
+    // into rt_read_lock/rt_write_lock and rwbase_write_lock there: the
+    // tracepoint backends see those).
+    WaitTarget {
+        func: "rt_mutex_slowlock",
+        kprobe: prog::KP_RT_MUTEX,
+        fentry: prog::FE_RT_MUTEX,
+        fexit: prog::FX_RT_MUTEX,
+        spinning: false,
+    },
+    WaitTarget {
+        func: "rtlock_slowlock_locked",
+        kprobe: prog::KP_RTLOCK,
+        fentry: prog::FE_RTLOCK,
+        fexit: prog::FX_RTLOCK,
+        spinning: false,
+    },
+    WaitTarget {
+        func: "__rwbase_read_lock",
+        kprobe: prog::KP_RWBASE_READ,
+        fentry: prog::FE_RWBASE_READ,
+        fexit: prog::FX_RWBASE_READ,
+        spinning: false,
+    },
 ];
 
 /// Release functions (first argument: the lock) and their fentry programs.
@@ -91,6 +116,8 @@ pub const RELEASE_TARGETS: &[(&str, &str)] = &[
     ("_raw_write_unlock_irqrestore", prog::FR_WRITE_UNLOCK_IRQRESTORE),
     ("_raw_read_unlock_bh", prog::FR_READ_UNLOCK_BH),
     ("_raw_write_unlock_bh", prog::FR_WRITE_UNLOCK_BH),
+    ("rt_read_unlock", prog::FR_RT_READ_UNLOCK),
+    ("rt_write_unlock", prog::FR_RT_WRITE_UNLOCK),
 ];
 
 /// Which probe mechanism.
@@ -201,14 +228,47 @@ pub(super) fn unload_named(ebpf: &mut Ebpf, names: impl IntoIterator<Item = &'st
     }
 }
 
+/// Text symbols whose names carry a compiler suffix (`name.constprop.0`,
+/// `name.isra.0`), read from /proc/kallsyms once per process.
+fn suffixed_symbols() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        std::fs::read_to_string("/proc/kallsyms")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let (_, kind, name) = (it.next()?, it.next()?, it.next()?);
+                (matches!(kind, "t" | "T") && name.contains('.') && it.next().is_none()).then(|| name.to_string())
+            })
+            .collect()
+    })
+}
+
+/// The kallsyms name of `func` when the compiler only left a suffixed clone
+/// of it (`rt_mutex_slowlock.constprop.0` on Debian's PREEMPT_RT kernels).
+fn suffixed_variant(func: &str) -> Option<&'static str> {
+    let prefix = format!("{func}.");
+    suffixed_symbols().iter().find(|n| n.starts_with(&prefix)).map(String::as_str)
+}
+
 /// Loads kprobe program `prog` (once: one program serves several functions)
-/// and attaches it to `func`.
+/// and attaches it to `func`, or to its suffixed clone when only that exists.
 fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, func: &str) -> Result<(), String> {
     let p: &mut KProbe = program(ebpf, prog)?;
     if p.fd().is_err() {
         p.load().map_err(|e| format!("loading {prog}: {}", error_chain(&e)))?;
     }
-    p.attach(func, 0).map(drop).map_err(|e| error_chain(&e))
+    match p.attach(func, 0) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let msg = error_chain(&e);
+            match suffixed_variant(func).filter(|_| msg.contains("No such file or directory")) {
+                Some(clone) => p.attach(clone, 0).map(drop).map_err(|e| format!("{clone}: {}", error_chain(&e))),
+                None => Err(msg),
+            }
+        }
+    }
 }
 
 /// Loads fentry program `prog` for `func` and attaches it.

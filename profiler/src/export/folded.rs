@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::ExportError;
 use crate::{
-    model::{CallerProfile, LockProfile, Profile, type_label},
+    model::{CallerProfile, LockProfile, Profile},
     query::Query,
 };
 
@@ -133,7 +133,7 @@ pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportE
     let which = Query { lock: o.query.lock.clone(), types: o.query.types.clone(), ..Query::default() };
     for l in which.locks(p) {
         let label = labels.get(&l.addr).map_or(l.display_name(), String::as_str);
-        let lock_frame = clean(&format!("{label} [{}]", type_label(l.lock_type, l.mode)), true);
+        let lock_frame = clean(&format!("{label} [{}]", l.type_label()), true);
         for c in &l.callers {
             let w = weight(l, c, o.metric)?;
             if w == 0 {

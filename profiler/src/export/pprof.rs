@@ -7,7 +7,7 @@ use std::{collections::HashMap, io::Write};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message;
 
-use crate::model::{Profile, type_label};
+use crate::model::Profile;
 
 /// The messages of pprof's profile.proto that lockprof writes.
 pub mod proto {
@@ -209,8 +209,7 @@ pub fn pprof_profile(profile: &Profile) -> proto::Profile {
     b.p.comment = vec![c];
     let (k_lock, k_type, k_addr) = (b.s("lock"), b.s("lock_type"), b.s("lock_addr"));
     for l in &profile.locks {
-        let (lock, ty, addr) =
-            (b.s(l.display_name()), b.s(&type_label(l.lock_type, l.mode)), b.s(&format!("{:#x}", l.addr)));
+        let (lock, ty, addr) = (b.s(l.display_name()), b.s(&l.type_label()), b.s(&format!("{:#x}", l.addr)));
         for c in &l.callers {
             let frames: Vec<&str> =
                 if c.stack.is_empty() { vec![c.caller.as_str()] } else { c.stack.iter().map(String::as_str).collect() };

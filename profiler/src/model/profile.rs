@@ -75,6 +75,11 @@ pub struct LockProfile {
     pub name_source: Option<NameSource>,
     /// Caller-derived class, e.g. `mutex @ anon_pipe_write`.
     pub class: String,
+    /// On PREEMPT_RT, what an `rt-mutex` or `rwlock-rt` is underneath
+    /// (`mutex`, `rt_mutex`, `spinlock`, `rwsem`, `rwlock`), from the lock
+    /// functions on its waiters' stacks; None elsewhere or when no stack says.
+    #[serde(default)]
+    pub rt_base: Option<String>,
     /// Wait times.
     pub wait: Stats,
     /// Hold times of contended acquisitions, when the backend sees releases.
@@ -87,6 +92,16 @@ impl LockProfile {
     /// Name if known, else the caller-derived class.
     pub fn display_name(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.class)
+    }
+
+    /// Short type label like perf's (`rwlock:W`), with what a PREEMPT_RT
+    /// lock is underneath (`rwlock-rt:W(rwlock)`).
+    pub fn type_label(&self) -> String {
+        let t = super::type_label(self.lock_type, self.mode);
+        match &self.rt_base {
+            Some(b) => format!("{t}({b})"),
+            None => t,
+        }
     }
 }
 

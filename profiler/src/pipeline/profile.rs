@@ -4,6 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use profiler_common::LockType;
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -11,7 +12,7 @@ use crate::{
         CallerProfile, LockProfile, Meta, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller, YieldPair,
         YieldProfile,
     },
-    symbols::{Resolver, StackSource, frame_fn, name_lock, yield_caller_index},
+    symbols::{Resolver, StackSource, frame_fn, name_lock, rt_base, yield_caller_index},
 };
 
 use super::aggregator::{LockAgg, LockKey, OVERFLOW_TID, Snapshot, YieldAgg};
@@ -101,7 +102,9 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
     let mut callers: Vec<CallerProfile> = by_stack.into_values().collect();
     callers.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then_with(|| a.caller.cmp(&b.caller)));
     let caller_fns: Vec<(String, u64)> = caller_fns.into_iter().collect();
-    let named = name_lock(key.addr, key.lock_type, key.mode, &caller_fns, resolver.kallsyms());
+    let rt = matches!(key.lock_type, LockType::RtMutex | LockType::RwlockRt);
+    let rt_base = callers.iter().filter(|_| rt).find_map(|c| rt_base(&c.stack)).map(str::to_string);
+    let named = name_lock(key.addr, key.lock_type, key.mode, rt_base.as_deref(), &caller_fns, resolver.kallsyms());
     let (name, name_source, class) = if key.addr == 0 {
         (None, None, "[other locks: key limit reached]".to_string())
     } else {
@@ -114,6 +117,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
         name,
         name_source,
         class,
+        rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
         callers,

@@ -164,6 +164,7 @@ pub(crate) mod fixture {
                     name: Some("tasklist_lock".into()),
                     name_source: Some(NameSource::Inferred),
                     class: "rwlock @ copy_process".into(),
+                    rt_base: None,
                     wait: stats(2, &all_tl),
                     hold: None,
                     callers: vec![
@@ -192,6 +193,7 @@ pub(crate) mod fixture {
                     name: None,
                     name_source: None,
                     class: "mutex @ anon_pipe_write".into(),
+                    rt_base: None,
                     wait: stats(LOCK_SIGFIG, &pipe),
                     hold: None,
                     callers: vec![CallerProfile {

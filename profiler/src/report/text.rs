@@ -210,8 +210,7 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
         By::Lock => {
             let _ = writeln!(out, "{HEADER}  type          name");
             for l in opts.query.locks(p) {
-                let _ =
-                    writeln!(out, "{}  {:<13} {}", stat_cols(&l.wait), type_label(l.lock_type, l.mode), lock_title(l));
+                let _ = writeln!(out, "{}  {:<13} {}", stat_cols(&l.wait), l.type_label(), lock_title(l));
                 if let Some(h) = &l.hold {
                     let _ = writeln!(out, "{}  hold (contended acquisitions, from wait end to release)", stat_cols(h));
                 }
@@ -229,14 +228,8 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
         By::Caller => {
             let _ = writeln!(out, "{HEADER}  type          caller / lock");
             for (l, c) in opts.query.callers(p) {
-                let _ = writeln!(
-                    out,
-                    "{}  {:<13} {}  [{}]",
-                    stat_cols(&c.wait),
-                    type_label(l.lock_type, l.mode),
-                    c.caller,
-                    lock_title(l)
-                );
+                let _ =
+                    writeln!(out, "{}  {:<13} {}  [{}]", stat_cols(&c.wait), l.type_label(), c.caller, lock_title(l));
                 for f in &c.stack {
                     let _ = writeln!(out, "{:>72}{f}", "");
                 }

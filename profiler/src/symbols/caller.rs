@@ -97,6 +97,35 @@ pub fn yield_caller_index(frames: &[String]) -> Option<usize> {
     }
 }
 
+/// What a PREEMPT_RT lock (`rt-mutex`, `rwlock-rt`: the tracepoints' RT
+/// flag hides the API) is underneath, told by the locking functions on a
+/// waiter's stack (symbolized frames, innermost first): `rt_read_lock` /
+/// `rt_write_lock` make an rwlock_t, `rt_spin_lock` / `rtlock_*` a
+/// spinlock_t, `rt_mutex_lock*` an rt_mutex, `down_*` / `rwbase_*` an
+/// rw_semaphore, and `rt_mutex_slowlock` without any of those a mutex (its
+/// API entry is often a tail call that leaves no frame).
+pub fn rt_base(frames: &[String]) -> Option<&'static str> {
+    let fns: Vec<&str> = frames.iter().map(|f| frame_fn(f)).collect();
+    let any = |pred: &dyn Fn(&str) -> bool| fns.iter().any(|f| pred(f));
+    if any(&|f| f.starts_with("rt_read_lock") || f.starts_with("rt_write_lock")) {
+        Some("rwlock")
+    } else if any(&|f| f.starts_with("rt_spin_lock") || f.starts_with("rtlock_")) {
+        Some("spinlock")
+    } else if any(&|f| f.starts_with("rt_mutex_lock")) {
+        Some("rt_mutex")
+    } else if any(&|f| {
+        f.starts_with("down_read") || f.starts_with("down_write") || f.starts_with("__down_") || f.contains("rwbase_")
+    }) {
+        Some("rwsem")
+    } else if any(&|f| {
+        f.starts_with("mutex_lock") || f.starts_with("__mutex_lock") || f.starts_with("rt_mutex_slowlock")
+    }) {
+        Some("mutex")
+    } else {
+        None
+    }
+}
+
 /// Index of the caller in `frames` (innermost first): the first frame that is
 /// neither in `__lock_text`/`__sched_text` nor a known internal. `None` when
 /// every frame is internal or unknown.
@@ -173,6 +202,29 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
         assert_eq!(yield_caller_index(&f(&["yield_to+0x0"])), None);
         assert_eq!(yield_caller_index(&[]), None);
         assert_eq!(frame_fn("do_exit.cold+0x3"), "do_exit");
+    }
+
+    #[test]
+    fn rt_locks_are_told_apart_by_their_api_frame() {
+        let f = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            rt_base(&f(&["rwbase_write_lock+0x1", "rt_write_lock+0x20", "__do_sys_setpgid+0x9"])),
+            Some("rwlock")
+        );
+        assert_eq!(
+            rt_base(&f(&["__rwbase_read_lock+0x1", "down_read+0x20", "lock_mm_and_find_vma+0x9"])),
+            Some("rwsem")
+        );
+        assert_eq!(
+            rt_base(&f(&["rt_mutex_slowlock.constprop.0+0x1", "mutex_lock+0x20", "anon_pipe_write+0x9"])),
+            Some("mutex")
+        );
+        assert_eq!(rt_base(&f(&["rtlock_slowlock_locked+0x1", "rt_spin_lock+0x20"])), Some("spinlock"));
+        // mutex_lock tail-calls into the rt_mutex slowpath on RT: no frame of its own.
+        assert_eq!(rt_base(&f(&["rt_mutex_slowlock.constprop.0+0x1", "anon_pipe_write+0x9"])), Some("mutex"));
+        assert_eq!(rt_base(&f(&["rt_mutex_slowlock.constprop.0+0x1", "rt_mutex_lock+0x9"])), Some("rt_mutex"));
+        assert_eq!(rt_base(&f(&["rwbase_write_lock+0x1", "vm_mmap_pgoff+0x9"])), Some("rwsem"));
+        assert_eq!(rt_base(&f(&["anon_pipe_write+0x9"])), None);
     }
 
     #[test]

@@ -155,6 +155,11 @@ impl Kallsyms {
             .or_else(|| self.data.iter().find(|(_, n)| n.as_str() == name).map(|(a, _)| *a))
     }
 
+    /// Whether some text symbol's name starts with `prefix` (a linear scan, for rare use).
+    pub fn has_text_prefix(&self, prefix: &str) -> bool {
+        self.text.values().any(|s| s.name.starts_with(prefix))
+    }
+
     /// Whether `addr` lies in `__lock_text` or `__sched_text`.
     pub fn in_lock_or_sched_text(&self, addr: u64) -> bool {
         [&self.lock_text, &self.sched_text].into_iter().flatten().any(|r| r.contains(&addr))

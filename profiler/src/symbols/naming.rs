@@ -93,8 +93,28 @@ fn share(callers: &[(String, u64)], set: &[&str]) -> f64 {
     hit as f64 / total as f64
 }
 
-/// Names a lock. `callers` holds (caller function name, contentions), any order.
-pub fn name_lock(addr: u64, ty: LockType, _mode: LockMode, callers: &[(String, u64)], ks: &Kallsyms) -> LockName {
+/// The type whose naming rules apply: a PREEMPT_RT lock is named like what
+/// it is underneath (an `rwlock-rt` that is an rwlock_t like an rwlock).
+fn effective_type(ty: LockType, rt_base: Option<&str>) -> LockType {
+    match (ty, rt_base) {
+        (LockType::RwlockRt, Some("rwlock")) => LockType::Rwlock,
+        (LockType::RwlockRt, Some("rwsem")) => LockType::Rwsem,
+        (LockType::RtMutex, Some("mutex")) => LockType::Mutex,
+        (LockType::RtMutex, Some("spinlock")) => LockType::Spinlock,
+        (t, _) => t,
+    }
+}
+
+/// Names a lock. `callers` holds (caller function name, contentions), any
+/// order; `rt_base` is what a PREEMPT_RT lock is underneath, if known.
+pub fn name_lock(
+    addr: u64,
+    ty: LockType,
+    _mode: LockMode,
+    rt_base: Option<&str>,
+    callers: &[(String, u64)],
+    ks: &Kallsyms,
+) -> LockName {
     // Placeholders such as "[stack not captured ...]" are not call sites.
     let top = callers
         .iter()
@@ -108,7 +128,7 @@ pub fn name_lock(addr: u64, ty: LockType, _mode: LockMode, callers: &[(String, u
     if let Some(sym) = ks.data_symbol(addr) {
         return LockName { name: Some(sym.to_string()), source: Some(NameSource::Kallsyms), class };
     }
-    let inferred = match ty {
+    let inferred = match effective_type(ty, rt_base) {
         LockType::Rwlock if share(callers, TASKLIST_CALLERS) > INFER_SHARE => Some("tasklist_lock"),
         LockType::Rwsem if share(callers, MMAP_LOCK_CALLERS) > INFER_SHARE => Some("mmap_lock"),
         LockType::Rwsem if share(callers, I_RWSEM_CALLERS) > INFER_SHARE => Some("i_rwsem"),
@@ -128,7 +148,14 @@ mod tests {
     #[test]
     fn kallsyms_data_symbol_wins() {
         let ks = Kallsyms::parse("ffffffff82a00000 D tasklist_lock\n".as_bytes()).expect("parse");
-        let n = name_lock(0xffffffff82a00000, LockType::Rwlock, LockMode::Write, &callers(&[("copy_process", 3)]), &ks);
+        let n = name_lock(
+            0xffffffff82a00000,
+            LockType::Rwlock,
+            LockMode::Write,
+            None,
+            &callers(&[("copy_process", 3)]),
+            &ks,
+        );
         assert_eq!(n.name.as_deref(), Some("tasklist_lock"));
         assert_eq!(n.source, Some(NameSource::Kallsyms));
         assert_eq!(n.class, "rwlock @ copy_process");
@@ -138,7 +165,7 @@ mod tests {
     fn tasklist_lock_is_inferred_from_fork_exit_callers() {
         let ks = Kallsyms::default();
         let c = callers(&[("copy_process", 40), ("release_task", 30), ("__do_wait.isra.0", 20), ("other_fn", 5)]);
-        let n = name_lock(0xffff888000001000, LockType::Rwlock, LockMode::Write, &c, &ks);
+        let n = name_lock(0xffff888000001000, LockType::Rwlock, LockMode::Write, None, &c, &ks);
         assert_eq!(n.name.as_deref(), Some("tasklist_lock"));
         assert_eq!(n.source, Some(NameSource::Inferred));
         assert_eq!(n.class, "rwlock @ copy_process");
@@ -147,7 +174,7 @@ mod tests {
     #[test]
     fn same_callers_on_a_mutex_are_not_tasklist_lock() {
         let c = callers(&[("copy_process", 40)]);
-        let n = name_lock(0x1000, LockType::Mutex, LockMode::Exclusive, &c, &Kallsyms::default());
+        let n = name_lock(0x1000, LockType::Mutex, LockMode::Exclusive, None, &c, &Kallsyms::default());
         assert_eq!(n.name, None);
         assert_eq!(n.source, None);
         assert_eq!(n.class, "mutex @ copy_process");
@@ -156,7 +183,7 @@ mod tests {
     #[test]
     fn minority_tasklist_callers_do_not_name_the_lock() {
         let c = callers(&[("copy_process", 1), ("some_driver_fn", 9)]);
-        let n = name_lock(0x1000, LockType::Rwlock, LockMode::Read, &c, &Kallsyms::default());
+        let n = name_lock(0x1000, LockType::Rwlock, LockMode::Read, None, &c, &Kallsyms::default());
         assert_eq!(n.name, None);
         assert_eq!(n.class, "rwlock @ some_driver_fn");
     }
@@ -164,7 +191,7 @@ mod tests {
     #[test]
     fn pipe_mutex_gets_a_caller_class() {
         let c = callers(&[("anon_pipe_write", 100), ("anon_pipe_read", 7)]);
-        let n = name_lock(0xffff0000, LockType::Mutex, LockMode::Exclusive, &c, &Kallsyms::default());
+        let n = name_lock(0xffff0000, LockType::Mutex, LockMode::Exclusive, None, &c, &Kallsyms::default());
         assert_eq!(n.name, None);
         assert_eq!(n.class, "mutex @ anon_pipe_write");
     }
@@ -172,7 +199,7 @@ mod tests {
     #[test]
     fn unlink_storm_rwsem_is_i_rwsem() {
         let c = callers(&[("do_unlinkat", 50), ("open_last_lookups", 50)]);
-        let n = name_lock(0x2000, LockType::Rwsem, LockMode::Write, &c, &Kallsyms::default());
+        let n = name_lock(0x2000, LockType::Rwsem, LockMode::Write, None, &c, &Kallsyms::default());
         assert_eq!(n.name.as_deref(), Some("i_rwsem"));
         assert_eq!(n.source, Some(NameSource::Inferred));
     }
@@ -180,20 +207,32 @@ mod tests {
     #[test]
     fn placeholders_do_not_dilute_the_inference() {
         let c = callers(&[("[stack not captured: --stack-rate budget spent]", 900), ("__do_sys_setpgid", 100)]);
-        let n = name_lock(0x1000, LockType::Rwlock, LockMode::Write, &c, &Kallsyms::default());
+        let n = name_lock(0x1000, LockType::Rwlock, LockMode::Write, None, &c, &Kallsyms::default());
         assert_eq!(n.name.as_deref(), Some("tasklist_lock"));
     }
 
     #[test]
     fn placeholders_never_name_the_class() {
         let c = callers(&[("[stack not captured: --stack-rate budget spent]", 100), ("__task_rq_lock", 3)]);
-        let n = name_lock(0xabc, LockType::Spinlock, LockMode::Exclusive, &c, &Kallsyms::default());
+        let n = name_lock(0xabc, LockType::Spinlock, LockMode::Exclusive, None, &c, &Kallsyms::default());
         assert_eq!(n.class, "spinlock @ __task_rq_lock");
     }
 
     #[test]
+    fn rt_locks_are_named_like_what_they_are_underneath() {
+        let c = callers(&[("__do_sys_setpgid", 40), ("copy_process", 20)]);
+        let n = name_lock(0x1000, LockType::RwlockRt, LockMode::Write, Some("rwlock"), &c, &Kallsyms::default());
+        assert_eq!(n.name.as_deref(), Some("tasklist_lock"));
+        let n = name_lock(0x1000, LockType::RwlockRt, LockMode::Write, Some("rwsem"), &c, &Kallsyms::default());
+        assert_eq!(n.name, None, "an rwsem is not tasklist_lock");
+        let c = callers(&[("lock_mm_and_find_vma", 40)]);
+        let n = name_lock(0x2000, LockType::RwlockRt, LockMode::Read, Some("rwsem"), &c, &Kallsyms::default());
+        assert_eq!(n.name.as_deref(), Some("mmap_lock"));
+    }
+
+    #[test]
     fn no_callers_falls_back_to_address() {
-        let n = name_lock(0xabc, LockType::Spinlock, LockMode::Exclusive, &[], &Kallsyms::default());
+        let n = name_lock(0xabc, LockType::Spinlock, LockMode::Exclusive, None, &[], &Kallsyms::default());
         assert_eq!(n.class, "spinlock @ 0xabc");
     }
 }

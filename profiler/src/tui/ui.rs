@@ -17,7 +17,7 @@ use super::{
     keys::BINDINGS,
 };
 use crate::{
-    model::{LockProfile, Stats, type_label, type_name},
+    model::{LockProfile, Stats, type_name},
     query::SortKey,
     report::{fmt_count, fmt_ns},
 };
@@ -130,8 +130,7 @@ fn table(app: &App, area: Rect, buf: &mut Buffer) {
                 .lock_rows()
                 .into_iter()
                 .map(|l| {
-                    let mut cells =
-                        vec![Cell::from(fit(app.label(l), name_width)), Cell::from(type_label(l.lock_type, l.mode))];
+                    let mut cells = vec![Cell::from(fit(app.label(l), name_width)), Cell::from(l.type_label())];
                     if medium {
                         cells.push(Cell::from(fmt_count(app.rate_of(l) as u64)));
                     }
@@ -308,7 +307,7 @@ fn histogram_bars(s: &Stats) -> Vec<(String, u64)> {
 }
 
 fn detail(app: &App, l: &LockProfile, area: Rect, buf: &mut Buffer) {
-    let title = format!(" {} [{}] @ {:#x} ", app.label(l), type_label(l.lock_type, l.mode), l.addr);
+    let title = format!(" {} [{}] @ {:#x} ", app.label(l), l.type_label(), l.addr);
     let block = Block::new().borders(Borders::ALL).title(title);
     let inner = block.inner(area);
     block.render(area, buf);

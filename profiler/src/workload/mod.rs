@@ -18,11 +18,13 @@ mod syscalls;
 pub enum Workload {
     /// Writers on one pipe (pipe->mutex), one reader draining it.
     Pipe,
-    /// Threads looping fork / _exit / waitpid (tasklist_lock rwlock, mmap_lock).
+    /// Threads creating and reaping tasks that exit at once (clone with
+    /// CLONE_VM|CLONE_VFORK, _exit, waitpid): tasklist_lock's write side in
+    /// copy_process/exit_notify/release_task against its read side in wait.
     Fork,
     /// Threads creating and unlinking files in one directory (the directory's i_rwsem).
     Unlink,
-    /// getpriority(PRIO_PGRP) readers against a fork/exit thread (tasklist_lock read side);
+    /// getpriority(PRIO_PGRP) readers against a task-creating thread (tasklist_lock read side);
     /// the process moves into a process group of its own.
     Prio,
     /// mmap/munmap loops against page-faulting threads (the process's mmap_lock rwsem).
@@ -132,7 +134,7 @@ pub fn run(w: Workload, threads: usize, duration: Duration, stop: Arc<AtomicBool
                 let count = w == Workload::Fork;
                 handles.push(thread::spawn(move || {
                     while !done() {
-                        if syscalls::fork_exit_wait().is_err() {
+                        if syscalls::spawn_exit_wait().is_err() {
                             break;
                         }
                         if count {

@@ -29,24 +29,40 @@ pub(super) fn write(f: &File, buf: &[u8]) -> std::io::Result<usize> {
     f.write(buf)
 }
 
-/// fork(); the child exits at once; the parent reaps it.
-pub(super) fn fork_exit_wait() -> std::io::Result<()> {
-    // SAFETY: the child calls only _exit, which is async-signal-safe, so
-    // forking a multi-threaded process is sound here.
-    let pid = unsafe { libc::fork() };
-    match pid {
-        -1 => Err(std::io::Error::last_os_error()),
-        0 => {
-            // SAFETY: terminating the forked child without running any Rust code.
-            unsafe { libc::_exit(0) }
-        }
-        child => {
-            let mut status = 0;
-            // SAFETY: waits for our own child; status points to a valid int.
-            let rc = unsafe { libc::waitpid(child, &mut status, 0) };
-            if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
-        }
+/// The child of [`spawn_exit_wait`]: leaves at once, running no Rust code.
+extern "C" fn exit_at_once(_: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: _exit ends the child without touching the parent's (shared) memory.
+    unsafe { libc::_exit(0) }
+}
+
+/// A task created and reaped without copying memory: clone(CLONE_VM |
+/// CLONE_VFORK) of a child that exits at once, then waitpid. Task creation,
+/// exit and reaping are what is left, so the task-list work dominates
+/// (`tasklist_lock` for write in copy_process, exit_notify and
+/// release_task; for read in wait).
+pub(super) fn spawn_exit_wait() -> std::io::Result<()> {
+    const STACK: usize = 64 * 1024;
+    let mut stack = vec![0u8; STACK];
+    // SAFETY: the child runs on `stack` (its top, 16-byte aligned, inside the
+    // allocation) and only calls _exit; CLONE_VFORK suspends this thread until
+    // the child has exited, so the stack outlives the child's use of it.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(STACK - 16) as usize & !15;
+        libc::clone(
+            exit_at_once,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::null_mut(),
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    let mut status = 0;
+    // SAFETY: waits for our own child; status points to a valid int.
+    let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+    drop(stack);
+    if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// getpriority(PRIO_PGRP, 0): walks the process group under read_lock(&tasklist_lock).

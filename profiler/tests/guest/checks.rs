@@ -17,11 +17,15 @@ fn classes(p: &Profile) -> Vec<(String, &'static str, u64)> {
     p.locks.iter().map(|l| (l.display_name().to_string(), mode_name(l.mode), l.wait.count())).collect()
 }
 
-/// The pipe mutex: a mutex contended from the pipe write path.
+/// The pipe mutex: a mutex (an rt-mutex that is a mutex on PREEMPT_RT)
+/// contended from the pipe write path.
 pub fn pipe_mutex(p: &Profile) -> Result<&LockProfile, String> {
     p.locks
         .iter()
-        .filter(|l| l.lock_type == LockType::Mutex)
+        .filter(|l| {
+            l.lock_type == LockType::Mutex
+                || (l.lock_type == LockType::RtMutex && l.rt_base.as_deref() == Some("mutex"))
+        })
         .find(|l| callers(l).iter().any(|c| c.contains("pipe_write")))
         .ok_or_else(|| format!("no pipe mutex among {:?}", classes(p)))
 }
@@ -99,11 +103,36 @@ pub fn tasklist_writer(p: &Profile, kallsyms_has_it: bool) -> Result<&LockProfil
     Ok(w)
 }
 
-/// `tasklist_lock` waits.
+/// `tasklist_lock` write waits (setpgid/kill).
 pub fn tasklist_waits(p: &Profile, kallsyms_has_it: bool) -> Check {
     let w = tasklist_writer(p, kallsyms_has_it)?;
     let cs = callers(w);
     Ok(format!("{} write waits, callers {:?}, name from {:?}", w.wait.count(), &cs[..cs.len().min(3)], w.name_source))
+}
+
+/// `tasklist_lock` waits on either side from fork/exit/wait paths, named
+/// (newer kernels hold it for write so briefly in fork and exit that, in a
+/// few seconds, the read side in `wait` may be all that contends).
+pub fn tasklist_fork_waits(p: &Profile, kallsyms_has_it: bool) -> Check {
+    let tl: Vec<&LockProfile> = p.locks.iter().filter(|l| l.name.as_deref() == Some("tasklist_lock")).collect();
+    if tl.is_empty() {
+        return Err(format!("tasklist_lock not found among {:?}", classes(p)));
+    }
+    let mut seen = Vec::new();
+    for l in &tl {
+        if kallsyms_has_it && l.name_source != Some(NameSource::Kallsyms) {
+            return Err(format!(
+                "named {:?}, not from kallsyms, although kallsyms has it at another address than {:#x}",
+                l.name_source, l.addr
+            ));
+        }
+        let cs = callers(l);
+        if !cs.iter().any(|c| TASKLIST_CALLERS.contains(&c.as_str())) {
+            return Err(format!("unexpected callers of tasklist_lock ({}): {cs:?}", mode_name(l.mode)));
+        }
+        seen.push(format!("{} {} waits from {:?}", l.wait.count(), mode_name(l.mode), &cs[..cs.len().min(3)]));
+    }
+    Ok(format!("{}; name from {:?}", seen.join("; "), tl[0].name_source))
 }
 
 /// The process's `mmap_lock`, named, with waits.

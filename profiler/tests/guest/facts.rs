@@ -5,7 +5,21 @@
 
 use std::path::Path;
 
-use lockprof::{ebpf::probes::WAIT_TARGETS, symbols::Kallsyms};
+use lockprof::{
+    ebpf::{BackendChoice, btf::Types, probes::WAIT_TARGETS},
+    symbols::Kallsyms,
+};
+
+/// Which slowpath a check needs the slowpath backends to probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// Mutexes (the pipe mutex).
+    Mutex,
+    /// rwlock_t (tasklist_lock).
+    Rwlock,
+    /// rw_semaphore (mmap_lock).
+    Rwsem,
+}
 
 /// Facts about this kernel.
 pub struct Facts {
@@ -25,6 +39,10 @@ pub struct Facts {
     pub lock_tracepoints: bool,
     /// `/dev/kvm` exists (the KVM modules loaded), or why not.
     pub kvm: Result<(), String>,
+    /// A PREEMPT_RT kernel (`rt_spin_lock` in kallsyms).
+    pub rt: bool,
+    /// Function names the kernel's BTF describes (fentry/fexit targets).
+    btf_funcs: Vec<String>,
 }
 
 /// Whether the kernel answers EPERM to any BPF trampoline: one fentry on
@@ -48,7 +66,16 @@ impl Facts {
             let log = std::fs::read_to_string("/tmp/kvm-modules.log").unwrap_or_default();
             Err(format!("no /dev/kvm after loading the KVM modules ({})", log.trim().replace('\n', "; ")))
         };
+        let wanted: Vec<&str> = WAIT_TARGETS.iter().map(|t| t.func).collect();
+        let btf_funcs = std::fs::read("/sys/kernel/btf/vmlinux")
+            .ok()
+            .and_then(|b| {
+                Types::parse(&b).ok().map(|t| wanted.iter().filter(|f| t.has_func(f)).map(|f| f.to_string()).collect())
+            })
+            .unwrap_or_default();
         Facts {
+            rt: kallsyms.address_of("rt_spin_lock").is_some(),
+            btf_funcs,
             trampolines_refused: trampolines_refused(),
             btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
             kprobes: Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
@@ -62,6 +89,45 @@ impl Facts {
     /// Whether kallsyms lists the function (not inlined, not renamed).
     pub fn has_function(&self, name: &str) -> bool {
         self.kallsyms.address_of(name).is_some()
+    }
+
+    /// Whether kallsyms lists the function, or only a compiler clone of it
+    /// (`name.constprop.0`), which kprobes reach too.
+    fn has_function_or_clone(&self, name: &str) -> bool {
+        self.has_function(name) || self.kallsyms.has_text_prefix(&format!("{name}."))
+    }
+
+    /// Why the slowpath `backend` cannot see waits of `family` here, if so.
+    pub fn slowpath_missing(&self, backend: BackendChoice, family: Family) -> Option<String> {
+        let funcs: &[&str] = match (self.rt, family) {
+            (false, Family::Mutex) => &["__mutex_lock_slowpath"],
+            (false, Family::Rwlock) => &["queued_write_lock_slowpath"],
+            (false, Family::Rwsem) => &["rwsem_down_read_slowpath", "rwsem_down_write_slowpath"],
+            (true, Family::Mutex) => &["rt_mutex_slowlock"],
+            (true, Family::Rwlock) => {
+                return Some(
+                    "PREEMPT_RT inlines rwlock_t's slowpath into rt_read_lock/rt_write_lock: no contended path to probe (the tracepoint backends see it)"
+                        .into(),
+                );
+            }
+            (true, Family::Rwsem) => &["__rwbase_read_lock"],
+        };
+        let probed = |f: &&str| match backend {
+            BackendChoice::Fentry => self.btf_funcs.iter().any(|b| b == f),
+            _ => self.has_function_or_clone(f),
+        };
+        (!funcs.iter().any(probed)).then(|| match backend {
+            BackendChoice::Fentry => format!(
+                "the kernel's BTF describes none of {} (inlined or only cloned): fentry cannot attach",
+                funcs.join(", ")
+            ),
+            _ => format!("kallsyms lists none of {} (inlined)", funcs.join(", ")),
+        })
+    }
+
+    /// The function that releases `tasklist_lock` for writers here.
+    pub fn rwlock_write_release(&self) -> &'static str {
+        if self.rt { "rt_write_unlock" } else { "_raw_write_unlock_irq" }
     }
 
     /// Why fentry/fexit cannot work on this kernel, if so.

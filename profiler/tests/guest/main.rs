@@ -30,7 +30,10 @@ use lockprof::{
 };
 use profiler_common::LockType;
 
-use self::{checks::Check, facts::Facts};
+use self::{
+    checks::Check,
+    facts::{Facts, Family},
+};
 
 /// Seconds each workload runs while recording.
 const SECS: f64 = 2.0;
@@ -125,28 +128,42 @@ fn holds_missing(f: &Facts, release: &str) -> Option<String> {
     f.release_missing(release)
 }
 
-fn backend_trials(f: &Facts, backend: BackendChoice) -> Vec<Trial> {
+fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
     let b = backend.name();
     let missing = backend_missing(f, backend);
+    let slowpath = matches!(backend, BackendChoice::Kprobe | BackendChoice::Fentry);
+    let family = |fam: Family| if slowpath { f.slowpath_missing(backend, fam) } else { None };
     let skip = |extra: Option<String>| missing.clone().or(extra);
     let tasklist_in_kallsyms = f.kallsyms.address_of("tasklist_lock").is_some();
     vec![
-        trial(format!("{b}::pipe_mutex"), skip(None), move || checks::pipe_waits(&*recorded(backend, Workload::Pipe)?)),
-        trial(format!("{b}::pipe_mutex_holds"), skip(holds_missing(f, "mutex_unlock")), move || {
-            let p = recorded(backend, Workload::Pipe)?;
-            checks::holds(&p, checks::pipe_mutex(&p)?, SECS)
+        trial(format!("{b}::pipe_mutex"), skip(family(Family::Mutex)), move || {
+            checks::pipe_waits(&*recorded(backend, Workload::Pipe)?)
         }),
-        trial(format!("{b}::tasklist_lock_fork"), skip(None), move || {
-            checks::tasklist_waits(&*recorded(backend, Workload::Fork)?, tasklist_in_kallsyms)
+        trial(
+            format!("{b}::pipe_mutex_holds"),
+            skip(family(Family::Mutex).or(holds_missing(f, "mutex_unlock"))),
+            move || {
+                let p = recorded(backend, Workload::Pipe)?;
+                checks::holds(&p, checks::pipe_mutex(&p)?, SECS)
+            },
+        ),
+        trial(format!("{b}::tasklist_lock_fork"), skip(family(Family::Rwlock)), move || {
+            checks::tasklist_fork_waits(&*recorded(backend, Workload::Fork)?, tasklist_in_kallsyms)
         }),
-        trial(format!("{b}::tasklist_lock_setpgid"), skip(None), move || {
+        trial(format!("{b}::tasklist_lock_setpgid"), skip(family(Family::Rwlock)), move || {
             checks::tasklist_waits(&*recorded(backend, Workload::Pgrp)?, tasklist_in_kallsyms)
         }),
-        trial(format!("{b}::tasklist_lock_holds"), skip(holds_missing(f, "_raw_write_unlock_irq")), move || {
-            let p = recorded(backend, Workload::Pgrp)?;
-            checks::holds(&p, checks::tasklist_writer(&p, tasklist_in_kallsyms)?, SECS)
+        trial(
+            format!("{b}::tasklist_lock_holds"),
+            skip(family(Family::Rwlock).or(holds_missing(f, f.rwlock_write_release()))),
+            move || {
+                let p = recorded(backend, Workload::Pgrp)?;
+                checks::holds(&p, checks::tasklist_writer(&p, tasklist_in_kallsyms)?, SECS)
+            },
+        ),
+        trial(format!("{b}::mmap_lock"), skip(family(Family::Rwsem)), move || {
+            checks::mmap_lock(&*recorded(backend, Workload::Mmap)?)
         }),
-        trial(format!("{b}::mmap_lock"), skip(None), move || checks::mmap_lock(&*recorded(backend, Workload::Mmap)?)),
     ]
 }
 
@@ -204,10 +221,9 @@ fn yield_trials(f: &Facts) -> Vec<Trial> {
         .or_else(|| f.release_missing(YIELD_FUNC))
         .or_else(|| f.kvm.clone().err());
         let k = kind.name();
-        let path = yields::expected_path(f.has_function("kvm_sched_yield"));
         out.push(trial(format!("yield_to::{k}"), missing, move || {
             let (p, vmm) = yield_run(kind)?;
-            let calls = yields::compare_calls(&p, &vmm, k, path)?;
+            let calls = yields::compare_calls(&p, &vmm, k)?;
             let split = yields::compare_outcomes(&p, &vmm)?.unwrap_or_else(|| {
                 "this kernel keeps no directed_yield_* statistics: the yielded/not split was not compared with KVM's".into()
             });
@@ -283,7 +299,11 @@ fn main() {
     for backend in [BackendChoice::Kprobe, BackendChoice::Fentry, BackendChoice::Tracepoint, BackendChoice::TpBtf] {
         trials.extend(backend_trials(f, backend));
     }
-    let both = f.kprobe_missing().or_else(|| f.fentry_missing()).or_else(|| f.slowpaths_missing());
+    let both = f
+        .kprobe_missing()
+        .or_else(|| f.fentry_missing())
+        .or_else(|| f.slowpath_missing(BackendChoice::Kprobe, Family::Rwlock))
+        .or_else(|| f.slowpath_missing(BackendChoice::Fentry, Family::Rwlock));
     trials.push(trial("kprobe_vs_fentry".into(), both, agreement));
     trials.extend(yield_trials(f));
     let kprobes = f.kprobes;

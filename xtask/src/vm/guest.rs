@@ -50,6 +50,8 @@ echo LOCKPROF-DOCTOR-END
 for m in $(cat /modules/order); do
   insmod /modules/$m.ko 2>> /tmp/kvm-modules.log || echo "insmod $m failed" >> /tmp/kvm-modules.log
 done
+# Why KVM did not come up, in the kernel's words.
+[ -c /dev/kvm ] || dmesg | grep -i -E 'kvm|svm' | sed 's/^\[[ 0-9.]*\] //' | sort -u | tail -3 >> /tmp/kvm-modules.log
 sed 's/^/kvm-modules: /' /tmp/kvm-modules.log
 LOCKPROF_YIELD_VMM=/yield_vmm /guest --test-threads 1 --color never
 echo LOCKPROF-VM-EXIT=$?

@@ -10,6 +10,7 @@ mod apt;
 mod guest;
 mod kernel;
 mod results;
+mod table;
 
 use std::{
     fmt::Write as _,
@@ -177,6 +178,20 @@ pub fn run_vm(o: &Opts) -> Result<()> {
     println!("vm-test: {passed} passed, {failed} failed, {skipped} skipped in {total:.0} s");
     std::fs::create_dir_all(vm_dir())?;
     std::fs::write(vm_dir().join("summary.md"), &t)?;
+    if o.matrix {
+        let rows: Vec<(String, &Run)> = outs.iter().map(|o| (o.label.clone(), &o.run)).collect();
+        let kernels = table::render(&rows);
+        let readme_path = workspace_root().join("README.md");
+        let readme = std::fs::read_to_string(&readme_path).context("reading README.md")?;
+        match table::splice(&readme, &kernels) {
+            Some(new) if new != readme => {
+                std::fs::write(&readme_path, new).context("writing README.md")?;
+                eprintln!("xtask: README.md's kernel support table updated from this run");
+            }
+            Some(_) => {}
+            None => eprintln!("xtask: README.md has no kernel-matrix marks; the table was not written"),
+        }
+    }
     if failed > 0 {
         bail!("vm-test: {failed} guest check(s) failed");
     }

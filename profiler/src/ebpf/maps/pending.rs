@@ -2,13 +2,13 @@
 //! waits still open when recording stops.
 
 use aya::maps::{HashMap, MapData, PerCpuArray};
-use profiler_common::{PendingWait, TaskWait};
+use profiler_common::{PendingWait, names::map};
 
 use crate::ebpf::LoadError;
 
 /// Per-task and per-CPU pending waits.
 pub struct PendingMaps {
-    tasks: HashMap<MapData, u64, TaskWait>,
+    tasks: HashMap<MapData, u64, PendingWait>,
     spin: PerCpuArray<MapData, PendingWait>,
 }
 
@@ -17,7 +17,7 @@ fn err(name: &'static str, e: impl std::fmt::Display) -> LoadError {
 }
 
 impl PendingMaps {
-    pub(crate) fn new(tasks: HashMap<MapData, u64, TaskWait>, spin: PerCpuArray<MapData, PendingWait>) -> Self {
+    pub(crate) fn new(tasks: HashMap<MapData, u64, PendingWait>, spin: PerCpuArray<MapData, PendingWait>) -> Self {
         PendingMaps { tasks, spin }
     }
 
@@ -35,7 +35,7 @@ impl PendingMaps {
             if exists {
                 continue;
             }
-            if self.tasks.get(&k, 0).is_ok_and(|t| t.wait.lock_addr == 0) && self.tasks.remove(&k).is_ok() {
+            if self.tasks.get(&k, 0).is_ok_and(|t| t.lock_addr == 0) && self.tasks.remove(&k).is_ok() {
                 reaped += 1;
             }
         }
@@ -49,10 +49,8 @@ impl PendingMaps {
 
     /// Waits with a begin and no end yet.
     pub fn open_waits(&self) -> Result<Vec<PendingWait>, LoadError> {
-        let mut open: Vec<PendingWait> = self.tasks.iter().filter_map(Result::ok).map(|(_, t)| t.wait).collect();
-        open.extend(
-            self.spin.get(&0, 0).map_err(|e| err(profiler_common::names::map::SPIN_PENDING, e))?.iter().copied(),
-        );
+        let mut open: Vec<PendingWait> = self.tasks.iter().filter_map(Result::ok).map(|(_, t)| t).collect();
+        open.extend(self.spin.get(&0, 0).map_err(|e| err(map::SPIN_PENDING, e))?.iter().copied());
         open.retain(|p| p.lock_addr != 0);
         Ok(open)
     }

@@ -1,0 +1,117 @@
+//! `cargo xtask bench`: lockprof beside `perf lock contention -ab` on the
+//! seed workloads, in one rotation: untraced, the counting-only floor,
+//! perf -b (through ../shared/tools/perfb/perf-b when it is there) and
+//! lockprof's modes, several rounds, tracers in rotating order. For every
+//! tracer: throughput against untraced, and fidelity, the contentions/s it
+//! reports against the floor's own count in the same round. Plus per-program
+//! costs, userspace throughput, memory and attach time. Rewrites
+//! BENCHMARKS.md.
+
+mod extras;
+mod markdown;
+mod runs;
+
+use anyhow::{Context as _, Result};
+
+pub use runs::Tracer;
+use runs::{Sample, perf_b};
+
+use crate::util::workspace_root;
+
+/// Options of a bench run.
+pub struct Opts {
+    /// Rounds per workload (each runs every tracer once).
+    pub rounds: usize,
+    /// Seconds per run.
+    pub duration: f64,
+    /// Workload threads.
+    pub threads: usize,
+    /// Workloads.
+    pub workloads: Vec<String>,
+    /// Extra lockprof designs, `label=arg arg ...`.
+    pub variants: Vec<String>,
+    /// Skip the per-program costs, userspace and attach measurements.
+    pub rotation_only: bool,
+}
+
+/// The tracers of the rotation.
+fn tracers(o: &Opts) -> Vec<Tracer> {
+    let lp = |label: &str, args: &[&str]| Tracer::Lockprof {
+        label: label.to_string(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    };
+    let mut t = vec![Tracer::Untraced, Tracer::Floor];
+    if perf_b().is_some() {
+        t.push(Tracer::PerfB);
+    }
+    t.push(lp("lockprof", &[]));
+    t.push(lp("lockprof --mode stream", &["--mode", "stream"]));
+    t.push(lp("lockprof --stack-rate 0", &["--stack-rate", "0"]));
+    for v in &o.variants {
+        let (label, args) = v.split_once('=').unwrap_or((v.as_str(), ""));
+        t.push(Tracer::Lockprof {
+            label: format!("lockprof {label}"),
+            args: args.split_whitespace().map(str::to_string).collect(),
+        });
+    }
+    t
+}
+
+/// Every run of one workload: `samples[tracer][round]`.
+pub struct WorkloadRuns {
+    /// Workload name.
+    pub name: String,
+    /// Tracers, in column order.
+    pub tracers: Vec<Tracer>,
+    /// Samples per tracer and round.
+    pub samples: Vec<Vec<Sample>>,
+}
+
+fn bench_workload(name: &str, tracers: &[Tracer], o: &Opts) -> Result<WorkloadRuns> {
+    let n = tracers.len();
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); n];
+    for round in 0..o.rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let s = runs::run(&tracers[i], name, o.threads, o.duration)
+                .with_context(|| format!("{name} / {}", tracers[i].label()))?;
+            eprintln!(
+                "bench: {name:<7} round {round} {:<28} {:>12.0} ops/s {}",
+                tracers[i].label(),
+                s.ops_per_s,
+                s.rate().map(|r| format!("{r:>10.0} contentions/s")).unwrap_or_default()
+            );
+            samples[i].push(s);
+        }
+    }
+    Ok(WorkloadRuns { name: name.to_string(), tracers: tracers.to_vec(), samples })
+}
+
+/// Runs everything and writes BENCHMARKS.md.
+pub fn run(o: &Opts) -> Result<()> {
+    let facts = markdown::machine_facts();
+    eprintln!("bench: {facts}");
+    let tracers = tracers(o);
+    let mut results = Vec::new();
+    for w in &o.workloads {
+        results.push(bench_workload(w, &tracers, o)?);
+    }
+    let extras = if o.rotation_only {
+        None
+    } else {
+        Some(markdown::Extras {
+            costs: extras::program_cost_table(o.threads, o.duration.min(2.0))?,
+            pipeline: extras::bench_json(&["pipeline", "--events", "5000000", "--stacks", "1000"])?,
+            rss10k: extras::bench_json(&["pipeline", "--events", "1000000", "--stacks", "10000"])?,
+            rss100k: extras::bench_json(&["pipeline", "--events", "2000000", "--stacks", "100000"])?,
+            attach: extras::bench_json(&["attach", "--rounds", "5"])?,
+        })
+    };
+    let md = markdown::render(&facts, o, &results, extras.as_ref());
+    print!("{md}");
+    let path =
+        if o.rotation_only { workspace_root().join("target/bench.md") } else { workspace_root().join("BENCHMARKS.md") };
+    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
