@@ -91,6 +91,44 @@ impl Default for AggVal {
     }
 }
 
+/// Slots per generation of the per-CPU aggregate cache (`AGG_CACHE` holds
+/// two generations, like the two aggregate hash maps).
+pub const AGG_CACHE_SLOTS: u32 = 64;
+
+/// An entry of the per-CPU aggregate cache: a direct-mapped array in front
+/// of the aggregate hash maps. A wait whose key owns its slot is folded in
+/// with array arithmetic only (no hashing of the key by the kernel, no
+/// bucket lock) while the lock it waited for is held; a wait whose slot
+/// another key owns goes to the hash map. A slot belongs to the generation
+/// in `epoch`: a slot of an older generation (already drained) is free.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AggSlot {
+    /// The key this slot aggregates.
+    pub key: AggKey,
+    /// Generation (`ACTIVE[0]`) the slot was claimed in.
+    pub epoch: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
+    /// The aggregate (count 0: free).
+    pub val: AggVal,
+}
+
+/// Index in `AGG_CACHE` of `key`'s slot in generation `epoch`.
+#[inline(always)]
+pub fn agg_cache_index(key: &AggKey, epoch: u32) -> u32 {
+    // Fields folded into one word, then murmur3's 64-bit finalizer.
+    let mut h = key.lock_addr ^ (u64::from(key.tid) << 32 | u64::from(key.flags)) ^ (key.stack_id as u32 as u64) << 12;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    // AGG_CACHE_SLOTS is a power of two: the top bits pick the slot.
+    let slot = (h >> (64 - AGG_CACHE_SLOTS.trailing_zeros())) as u32;
+    (epoch & 1) * AGG_CACHE_SLOTS + slot
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +137,26 @@ mod tests {
     fn layouts_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<AggKey>(), 24);
         assert_eq!(core::mem::size_of::<AggVal>(), 432);
+        assert_eq!(core::mem::size_of::<AggSlot>(), 464);
+    }
+
+    #[test]
+    fn cache_index_stays_in_its_generation_and_spreads() {
+        assert!(AGG_CACHE_SLOTS.is_power_of_two());
+        let mut used = [false; AGG_CACHE_SLOTS as usize];
+        for tid in 0..32u32 {
+            for stack_id in 0..4 {
+                let key =
+                    AggKey { lock_addr: 0xffff_8881_0a3c_5e40, tid: 1000 + tid, tgid: 1000, flags: 0x24, stack_id };
+                let even = agg_cache_index(&key, 2);
+                let odd = agg_cache_index(&key, 3);
+                assert!(even < AGG_CACHE_SLOTS);
+                assert_eq!(odd, even + AGG_CACHE_SLOTS);
+                used[even as usize] = true;
+            }
+        }
+        // 128 keys of one lock over 64 slots: most slots get one.
+        assert!(used.iter().filter(|u| **u).count() > AGG_CACHE_SLOTS as usize * 3 / 4);
     }
 
     #[test]

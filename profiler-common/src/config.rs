@@ -62,6 +62,38 @@ pub struct TaskOffsets {
     pub _pad: u32,
 }
 
+/// Offset of a member the kernel lacks (the reads that need it are off).
+pub const UNKNOWN_OFFSET: u32 = u32::MAX;
+
+/// Offsets of kernel structure members the programs read, found in the
+/// running kernel's BTF by userspace ([`UNKNOWN_OFFSET`] when absent).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// `struct mutex` `owner` (the owner task pointer with flag bits; not on
+    /// PREEMPT_RT, whose mutex is an rt_mutex).
+    pub mutex_owner: u32,
+    /// `struct task_struct` `__state` (`state` before 5.14): read to tell a
+    /// mutex's first optimistic spin (task running) from a woken sleeper's
+    /// re-spin (task state already set for the next sleep).
+    pub task_state: u32,
+}
+
+impl Layout {
+    /// Nothing known.
+    pub const UNKNOWN: Layout = Layout { mutex_owner: UNKNOWN_OFFSET, task_state: UNKNOWN_OFFSET };
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout::UNKNOWN
+    }
+}
+
+/// `struct mutex` owner flag: the wait list is not empty (some task sleeps
+/// on the mutex, or is about to).
+pub const MUTEX_FLAG_WAITERS: u64 = 1;
+
 /// Filters and knobs the userspace writes into the eBPF programs' `CONFIG`
 /// global before loading.
 #[repr(C)]
@@ -86,6 +118,8 @@ pub struct Config {
     pub tp: TpOffsets,
     /// `struct task_struct` offsets (yield_to targets).
     pub task: TaskOffsets,
+    /// Other kernel structure offsets.
+    pub layout: Layout,
 }
 
 impl Config {
@@ -99,6 +133,7 @@ impl Config {
         wakeup_bytes: (DEFAULT_RINGBUF_BYTES / 4) as u64,
         tp: TpOffsets::DEFAULT,
         task: TaskOffsets { pid: 0, tgid: 0, comm: 0, _pad: 0 },
+        layout: Layout::UNKNOWN,
     };
 
     /// Whether a type or process filter is on (then unmatched ends are expected).
@@ -119,7 +154,7 @@ mod tests {
 
     #[test]
     fn config_layout() {
-        assert_eq!(core::mem::size_of::<Config>(), 64);
+        assert_eq!(core::mem::size_of::<Config>(), 72);
         assert_eq!(STACK_WINDOWS_PER_S, 10);
         assert!(!Config::DEFAULT.filtering());
     }

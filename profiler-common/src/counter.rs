@@ -40,8 +40,12 @@ pub const YIELD_MAP_FULL: u32 = 14;
 pub const YIELD_UNMATCHED: u32 = 15;
 /// yield_to calls recorded.
 pub const YIELDS: u32 = 16;
+/// A mutex's optimistic-spin slot still held another wait when a new one
+/// began: that wait's end was never seen (the kernel skipped our end program,
+/// see `end_without_begin`); it is discarded, not measured.
+pub const STALE_SPIN: u32 = 17;
 /// Number of counters.
-pub const COUNT: u32 = 17;
+pub const COUNT: u32 = 18;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -62,4 +66,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "yield_map_full",
     "yield_unmatched",
     "yield_calls",
+    "stale_spin_discarded",
 ];

@@ -17,11 +17,13 @@ mod pod;
 mod record;
 mod state;
 
-pub use aggregate::{AggKey, AggVal, HIST_BUCKETS, hist_bucket, hist_bucket_low};
+pub use aggregate::{
+    AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, HIST_BUCKETS, agg_cache_index, hist_bucket, hist_bucket_low,
+};
 pub use config::{
-    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES,
-    MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, STACK_WINDOW_NS, STACK_WINDOWS_PER_S, TGID_FILTER_ENTRIES,
-    TaskOffsets, TpOffsets, YIELD_PENDING_ENTRIES,
+    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, Layout,
+    MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, MUTEX_FLAG_WAITERS, STACK_WINDOW_NS, STACK_WINDOWS_PER_S,
+    TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, UNKNOWN_OFFSET, YIELD_PENDING_ENTRIES,
 };
 pub use lock::{LockMode, LockType, is_spinning, lcb, probe_flags};
 pub use record::{
@@ -29,5 +31,6 @@ pub use record::{
     record_size,
 };
 pub use state::{
-    CachedStack, HoldKey, HoldStart, PendingWait, STACK_CACHE_SLOTS, STACK_SKIPPED, StackBudget, YieldStart, task_key,
+    CachedStack, HoldKey, HoldStart, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS,
+    STACK_SKIPPED, StackBudget, YieldStart, task_key,
 };

@@ -20,6 +20,8 @@ pub mod map {
     pub const AGG_A: &str = "AGG_A";
     /// Second aggregate map.
     pub const AGG_B: &str = "AGG_B";
+    /// Per-CPU direct-mapped aggregate cache in front of the hash maps.
+    pub const AGG_CACHE: &str = "AGG_CACHE";
     /// Which aggregate map the programs write.
     pub const ACTIVE: &str = "ACTIVE";
     /// An all-zero aggregate value: the initial value of a new key.
@@ -51,6 +53,7 @@ pub mod map {
         STACK_CACHE,
         AGG_A,
         AGG_B,
+        AGG_CACHE,
         ACTIVE,
         AGG_ZERO,
         HOLD_ON,

@@ -25,4 +25,6 @@ pod!(
     super::YieldStart,
     super::TaskOffsets,
     super::TpOffsets,
+    super::Layout,
+    super::AggSlot,
 );

@@ -7,7 +7,7 @@ pub const STACK_SKIPPED: i32 = -1_000_000;
 
 /// State between `contention_begin` and `contention_end`: the value of the
 /// per-task `PENDING` map (keyed by [`task_key`]) and of the per-CPU
-/// `SPIN_PENDING` slot. `lock_addr == 0` marks a free or idle slot.
+/// `SPIN_PENDING` slots. `lock_addr == 0` marks a free or idle slot.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PendingWait {
@@ -24,6 +24,16 @@ pub struct PendingWait {
     /// Waiting thread id.
     pub tid: u32,
 }
+
+/// `SPIN_PENDING` slot of pure spinning waits (spinlocks, rwlocks).
+pub const SPIN_SLOT: u32 = 0;
+/// `SPIN_PENDING` slot of a mutex's first optimistic spin: the waiter runs
+/// with preemption disabled until it acquires the lock or queues to sleep,
+/// so the wait stays on this CPU and out of the per-task hash map unless it
+/// sleeps.
+pub const MUTEX_SPIN_SLOT: u32 = 1;
+/// Slots of `SPIN_PENDING`.
+pub const SPIN_SLOTS: u32 = 2;
 
 /// An entry of the per-CPU stack cache (`STACK_CACHE`, indexed by
 /// `tid % STACK_CACHE_SLOTS`): the last stack captured for a thread on this

@@ -1,10 +1,12 @@
-//! Aggregate mode: waits folded into this CPU's value of the active per-CPU
-//! hash map, right after the lock was acquired (CPU-local work only).
+//! Aggregate mode: waits folded into this CPU's aggregates right after the
+//! lock was acquired, while it is held. The hot keys live in a per-CPU
+//! direct-mapped cache (array arithmetic only); the rest go to the active
+//! per-CPU hash map.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use profiler_common::{AggKey, AggVal, hist_bucket};
+use profiler_common::{AggKey, AggVal, agg_cache_index, hist_bucket};
 
-use crate::maps::{ACTIVE, AGG_A, AGG_B, AGG_ZERO};
+use crate::maps::{ACTIVE, AGG_A, AGG_B, AGG_CACHE, AGG_ZERO};
 
 #[inline(always)]
 fn add_wait(v: &mut AggVal, wait: u64) {
@@ -24,30 +26,59 @@ fn add_wait(v: &mut AggVal, wait: u64) {
     }
 }
 
-/// Folds a wait into this CPU's value for `key`; false if the map is full.
-/// A new key is inserted all-zero (from `AGG_ZERO`, never written) and then
-/// updated in place like an existing one.
+/// Folds a wait into this CPU's aggregate for `key`; false if the hash map
+/// is full.
 #[inline(always)]
 pub fn aggregate(key: &AggKey, wait: u64) -> bool {
-    let active = ACTIVE.get(0).copied().unwrap_or(0);
-    let map = if active == 0 { &AGG_A } else { &AGG_B };
+    let epoch = ACTIVE.get(0).copied().unwrap_or(0);
+    if let Some(v) = cached(key, epoch) {
+        add_wait(v, wait);
+        return true;
+    }
+    let Some(v) = hashed(key, epoch) else {
+        return false;
+    };
+    add_wait(v, wait);
+    true
+}
+
+/// `key`'s value in this CPU's cache: its slot if the key owns it, or the
+/// slot claimed for it if the slot is free in this generation.
+#[inline(always)]
+fn cached(key: &AggKey, epoch: u32) -> Option<&'static mut AggVal> {
+    let slot = AGG_CACHE.get_ptr_mut(agg_cache_index(key, epoch))?;
+    // SAFETY: this CPU's slot from a successful lookup, valid for the map's
+    // lifetime (see `context` for what a preempted fexit program can do: at
+    // worst a lost update). Userspace reads a generation's half only after
+    // the programs moved to the next one.
+    let slot = unsafe { &mut *slot };
+    if slot.epoch == epoch && slot.val.count != 0 {
+        return if slot.key == *key { Some(&mut slot.val) } else { None };
+    }
+    let zero = AGG_ZERO.get(0)?;
+    slot.key = *key;
+    slot.epoch = epoch;
+    slot.val = *zero;
+    Some(&mut slot.val)
+}
+
+/// `key`'s value in this CPU's part of the active hash map. A new key is
+/// inserted all-zero (from `AGG_ZERO`, never written) and then updated in
+/// place like an existing one.
+#[inline(always)]
+fn hashed(key: &AggKey, epoch: u32) -> Option<&'static mut AggVal> {
+    let map = if epoch & 1 == 0 { &AGG_A } else { &AGG_B };
     let value = match map.get_ptr_mut(key) {
         Some(v) => v,
         None => {
-            let Some(zero) = AGG_ZERO.get(0) else {
-                return false;
-            };
+            let zero = AGG_ZERO.get(0)?;
             // Another CPU may create the key meanwhile: then this CPU's
             // (zeroed) value already exists and the lookup below finds it.
             let _ = map.insert(key, zero, u64::from(BPF_NOEXIST));
-            match map.get_ptr_mut(key) {
-                Some(v) => v,
-                None => return false,
-            }
+            map.get_ptr_mut(key)?
         }
     };
     // SAFETY: this CPU's value of a live per-CPU hash entry (see `context`
     // for what a preempted fexit program can do: at worst a lost update).
-    add_wait(unsafe { &mut *value }, wait);
-    true
+    Some(unsafe { &mut *value })
 }

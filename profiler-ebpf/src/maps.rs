@@ -8,9 +8,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_common::{
-    AggKey, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
-    DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, PendingWait, STACK_CACHE_SLOTS, StackBudget, TGID_FILTER_ENTRIES,
-    YIELD_PENDING_ENTRIES, YieldStart, counter,
+    AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES,
+    DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS,
+    StackBudget, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart, counter,
 };
 
 /// Filters and knobs, written by userspace before load.
@@ -28,9 +28,11 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 #[map]
 pub static PENDING: HashMap<u64, PendingWait> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
 
-/// Pure spinning waits, per CPU (free when `lock_addr == 0`).
+/// Waits that run with preemption disabled until they end, per CPU: pure
+/// spinning waits and a mutex's first optimistic spin (`SPIN_SLOT`,
+/// `MUTEX_SPIN_SLOT`; free when `lock_addr == 0`).
 #[map]
-pub static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(1, 0);
+pub static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(SPIN_SLOTS, 0);
 
 /// The last stack captured per thread slot (`tid % STACK_CACHE_SLOTS`) on
 /// this CPU, reused when the stack budget is spent.
@@ -44,7 +46,12 @@ pub static AGG_A: PerCpuHashMap<AggKey, AggVal> = PerCpuHashMap::with_max_entrie
 /// The second aggregate map.
 #[map]
 pub static AGG_B: PerCpuHashMap<AggKey, AggVal> = PerCpuHashMap::with_max_entries(DEFAULT_AGG_ENTRIES, 0);
-/// Index of the aggregate map the programs write.
+/// Per-CPU direct-mapped aggregate cache in front of the hash maps, two
+/// generations of `AGG_CACHE_SLOTS` slots.
+#[map]
+pub static AGG_CACHE: PerCpuArray<AggSlot> = PerCpuArray::with_max_entries(2 * AGG_CACHE_SLOTS, 0);
+/// Generation the programs write: `ACTIVE[0] & 1` picks the aggregate map
+/// and the cache half.
 #[map]
 pub static ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
 /// An all-zero aggregate value, never written: the initial value of a new

@@ -1,11 +1,16 @@
 //! A wait's begin and end, shared by every wait backend, and what happens
 //! once the lock is acquired (account the wait, start timing the hold).
 
-use aya_ebpf::{EbpfContext, bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, programs::tracing::StackIdContext};
+use aya_ebpf::{
+    EbpfContext,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_task_btf, bpf_ktime_get_ns},
+    programs::tracing::StackIdContext,
+};
 use aya_log_ebpf::warn;
 use profiler_common::{
-    AggKey, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey, HoldStart, LockType,
-    MODE_AGGREGATE, PendingWait, counter, is_spinning, task_key,
+    AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey, HoldStart, LockType,
+    MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, UNKNOWN_OFFSET, counter, is_spinning, lcb, task_key,
 };
 
 use crate::{
@@ -44,15 +49,40 @@ fn task_entry(key: u64) -> Option<&'static mut PendingWait> {
     PENDING.get_ptr_mut(key).map(|t| unsafe { &mut *t })
 }
 
-/// This CPU's slot for pure spinning waits.
+/// This CPU's `SPIN_PENDING` slot `idx`.
 #[inline(always)]
-fn spin_slot() -> Option<&'static mut PendingWait> {
+fn spin_slot(idx: u32) -> Option<&'static mut PendingWait> {
     // SAFETY: this CPU's slot from a successful lookup, valid for the map's
-    // lifetime. A spinning waiter cannot be preempted or migrate while its
-    // wait is in it (its lock's fast path disabled preemption), so only a
-    // nested program (an interrupt's wait) can touch it meanwhile, which
-    // merge_begin tells apart.
-    SPIN_PENDING.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+    // lifetime. A waiter in one of these slots cannot be preempted or
+    // migrate while its wait is there (pure spinning: its lock's fast path
+    // disabled preemption; a mutex's first spin: the mutex slowpath
+    // disabled it), so only a nested program (an interrupt's wait) can
+    // touch the slot meanwhile, which the callers tell apart.
+    SPIN_PENDING.get_ptr_mut(idx).map(|p| unsafe { &mut *p })
+}
+
+/// Whether the current task is running (state 0). A mutex's first
+/// optimistic spin runs in the caller's running state; a woken sleeper's
+/// re-spin runs after the slowpath set the state for its next sleep. When
+/// the kernel's layout is unknown, every spin counts as a re-spin (the
+/// per-task path, correct for both).
+#[inline(always)]
+fn task_running(cfg: &Config) -> bool {
+    let off = cfg.layout.task_state;
+    if off == UNKNOWN_OFFSET {
+        return false;
+    }
+    // SAFETY: helper without preconditions; never null in task context.
+    let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+    if task.is_null() {
+        return false;
+    }
+    // SAFETY: a BTF-typed pointer to the current task_struct; `off` is a
+    // load-time constant (CONFIG is frozen read-only data) taken from this
+    // kernel's BTF, so the verifier checks this load against the member's
+    // type. The low 32 bits hold the state on every layout (`unsigned int
+    // __state`, or `long state` before 5.14).
+    unsafe { core::ptr::read_volatile(task.wrapping_add(off as usize) as *const u32) == 0 }
 }
 
 /// A wait begins (`contention_begin`, or a probed slowpath's entry).
@@ -71,22 +101,53 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Resul
     let wait = |stack_id| PendingWait { begin_ns: now, lock_addr, flags, stack_id, tgid: ids.tgid, tid: ids.tid };
 
     if is_spinning(flags) {
-        let slot = spin_slot().ok_or(0u32)?;
+        let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
         if merge_begin(slot, lock_addr, flags) {
             *slot = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
         }
         return Ok(0);
     }
+    if flags == lcb::MUTEX | lcb::SPIN && task_running(&cfg) {
+        // A mutex's first optimistic spin: mutexes are not taken in
+        // interrupts, so a busy slot is a wait whose end was never seen.
+        let slot = spin_slot(MUTEX_SPIN_SLOT).ok_or(0u32)?;
+        if slot.lock_addr != 0 {
+            count(counter::STALE_SPIN);
+        }
+        *slot = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
+        return Ok(0);
+    }
 
+    // A wait that may sleep: per task. A mutex that stops spinning to sleep
+    // carries its wait over from the spin slot.
+    let carried = spin_slot(MUTEX_SPIN_SLOT).and_then(|slot| {
+        if slot.lock_addr != lock_addr || slot.tid != ids.tid {
+            return None;
+        }
+        let mut w = *slot;
+        slot.lock_addr = 0;
+        w.flags |= flags;
+        count(counter::REPEATED_BEGIN);
+        Some(w)
+    });
     let key = task_key(ids.tid, ids.cpu);
     if let Some(entry) = task_entry(key) {
-        if merge_begin(entry, lock_addr, flags) {
+        if let Some(w) = carried {
+            if entry.lock_addr == 0 {
+                *entry = w;
+            } else {
+                count(counter::NESTED);
+            }
+        } else if merge_begin(entry, lock_addr, flags) {
             *entry = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
         }
         return Ok(0);
     }
     // First contention of this task that may sleep: one insert for its lifetime.
-    let entry = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
+    let entry = match carried {
+        Some(w) => w,
+        None => wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid)),
+    };
     if let Err(e) = PENDING.insert(key, entry, u64::from(BPF_NOEXIST)) {
         if count(counter::PENDING_FULL) {
             warn!(ctx, "lockprof: pending-wait map insert failed: {}", e);
@@ -96,19 +157,28 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Resul
     Ok(0)
 }
 
-/// Takes the wait on `lock_addr` out of the per-CPU slot or the per-task entry.
+/// Takes the wait on `lock_addr` of thread `tid` out of the per-CPU slots
+/// or the per-task entry.
 #[inline(always)]
-fn take_pending(lock_addr: u64, key: u64) -> Option<PendingWait> {
+fn take_pending(lock_addr: u64, tid: u32, key: u64) -> Option<PendingWait> {
     // Whether some wait is pending here: then an end we cannot match is the
     // end of a nested wait that begin skipped, not an end without a begin.
     let mut busy = false;
-    if let Some(slot) = spin_slot() {
+    if let Some(slot) = spin_slot(SPIN_SLOT) {
         if slot.lock_addr == lock_addr {
             let p = *slot;
             slot.lock_addr = 0;
             return Some(p);
         }
         busy = slot.lock_addr != 0;
+    }
+    if let Some(slot) = spin_slot(MUTEX_SPIN_SLOT)
+        && slot.lock_addr == lock_addr
+        && slot.tid == tid
+    {
+        let p = *slot;
+        slot.lock_addr = 0;
+        return Some(p);
     }
     if let Some(w) = task_entry(key) {
         if w.lock_addr == lock_addr {
@@ -136,7 +206,7 @@ fn unmatched_end() {
 #[inline(always)]
 pub fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     let ids = Ids::current();
-    if let Some(pending) = take_pending(lock_addr, task_key(ids.tid, ids.cpu)) {
+    if let Some(pending) = take_pending(lock_addr, ids.tid, task_key(ids.tid, ids.cpu)) {
         complete(ctx, &pending, ids);
     }
     Ok(0)
@@ -226,7 +296,7 @@ pub fn probe_end<C: EbpfContext>(ctx: &C, spinning: bool) -> Result<u32, u32> {
         if *d != 0 {
             return Ok(0);
         }
-        let slot = spin_slot().ok_or(0u32)?;
+        let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
         let p = *slot;
         slot.lock_addr = 0;
         p

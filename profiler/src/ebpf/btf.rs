@@ -3,7 +3,7 @@
 //! `tgid` and `comm` of `struct task_struct`, so the yield_to programs can
 //! name the task a vCPU yields to.
 
-use profiler_common::TaskOffsets;
+use profiler_common::{Layout, TaskOffsets, UNKNOWN_OFFSET};
 
 /// Why offsets could not be found.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -187,10 +187,38 @@ pub fn task_offsets(blob: &[u8]) -> Result<TaskOffsets, BtfError> {
     })
 }
 
+/// Offsets of the other members the programs read ([`UNKNOWN_OFFSET`] for
+/// those this kernel lacks).
+pub fn layout(blob: &[u8]) -> Result<Layout, BtfError> {
+    let t = Types::parse(blob)?;
+    let known = |r: Result<u32, BtfError>| r.unwrap_or(UNKNOWN_OFFSET);
+    Ok(Layout {
+        mutex_owner: known(t.member_offset("mutex", "owner")),
+        task_state: known(
+            t.member_offset("task_struct", "__state").or_else(|_| t.member_offset("task_struct", "state")),
+        ),
+    })
+}
+
+/// The running kernel's BTF blob.
+pub fn kernel_blob() -> Result<Vec<u8>, BtfError> {
+    std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| BtfError::Io(e.to_string()))
+}
+
 /// The running kernel's `struct task_struct` offsets.
 pub fn kernel_task_offsets() -> Result<TaskOffsets, BtfError> {
-    let blob = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| BtfError::Io(e.to_string()))?;
-    task_offsets(&blob)
+    task_offsets(&kernel_blob()?)
+}
+
+/// The running kernel's [`Layout`] (all unknown without kernel BTF).
+pub fn kernel_layout() -> Layout {
+    match kernel_blob().and_then(|b| layout(&b)) {
+        Ok(l) => l,
+        Err(e) => {
+            log::debug!("kernel layout unknown: {e}");
+            Layout::UNKNOWN
+        }
+    }
 }
 
 #[cfg(test)]

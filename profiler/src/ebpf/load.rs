@@ -171,7 +171,8 @@ impl Probes {
         // task_struct offsets name the task a vCPU yields to.
         let task_offsets = opts.yield_to.then(super::btf::kernel_task_offsets);
         let known = task_offsets.as_ref().and_then(|r| r.as_ref().ok()).copied();
-        let mut ebpf = load_object(opts, known).map_err(|e| LoadError::Object(Box::new(e)))?;
+        let layout = super::btf::kernel_layout();
+        let mut ebpf = load_object(opts, known, layout).map_err(|e| LoadError::Object(Box::new(e)))?;
         if !opts.tgids.is_empty() {
             let m = ebpf
                 .map_mut(map::TGID_FILTER)
@@ -260,6 +261,7 @@ impl Probes {
         Ok(AggMaps::new(
             PerCpuHashMap::try_from(self.take(map::AGG_A)?).map_err(map_err(map::AGG_A))?,
             PerCpuHashMap::try_from(self.take(map::AGG_B)?).map_err(map_err(map::AGG_B))?,
+            PerCpuArray::try_from(self.take(map::AGG_CACHE)?).map_err(map_err(map::AGG_CACHE))?,
             Array::try_from(self.take(map::ACTIVE)?).map_err(map_err(map::ACTIVE))?,
         ))
     }

@@ -4,8 +4,8 @@
 
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
-    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, TaskOffsets,
-    TpOffsets,
+    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, Layout,
+    TaskOffsets, TpOffsets,
     names::{self, map},
 };
 
@@ -75,11 +75,16 @@ fn tracepoint_offsets() -> TpOffsets {
 
 /// Loads the object with `opts` (nothing is attached yet). `task` holds the
 /// `struct task_struct` offsets found in the kernel's BTF, if any.
-pub(super) fn load_object(opts: &LoadOptions, task: Option<TaskOffsets>) -> Result<Ebpf, aya::EbpfError> {
+pub(super) fn load_object(
+    opts: &LoadOptions,
+    task: Option<TaskOffsets>,
+    layout: Layout,
+) -> Result<Ebpf, aya::EbpfError> {
     let config = Config {
         wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
         tp: tracepoint_offsets(),
         task: task.unwrap_or_default(),
+        layout,
         ..opts.config
     };
     EbpfLoader::new()

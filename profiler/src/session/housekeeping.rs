@@ -32,7 +32,7 @@ impl Housekeeping {
     /// Flips the aggregate maps and sends what the inactive one held.
     async fn drain_aggregates(&mut self, tx: &mpsc::Sender<Msg>) {
         let Some(maps) = self.aggs.as_mut() else { return };
-        let idx = match maps.flip() {
+        let epoch = match maps.flip() {
             Ok(i) => i,
             Err(e) => {
                 log::warn!("{e}");
@@ -41,7 +41,7 @@ impl Housekeeping {
         };
         tokio::time::sleep(FLIP_GRACE).await;
         let mut out = Vec::new();
-        if let Err(e) = maps.drain(idx, &mut out) {
+        if let Err(e) = maps.drain(epoch, &mut out) {
             log::warn!("draining aggregates: {e}");
         }
         if !out.is_empty() {
@@ -49,17 +49,16 @@ impl Housekeeping {
         }
     }
 
-    /// Once the programs are detached both aggregate maps are final: drains both.
+    /// Once the programs are detached the current generation is final
+    /// (earlier ones were drained at their flips): drains it.
     pub async fn final_drain(&mut self, tx: &mpsc::Sender<Msg>) {
         let Some(maps) = self.aggs.as_mut() else { return };
-        for idx in 0..2 {
-            let mut out = Vec::new();
-            if let Err(e) = maps.drain(idx, &mut out) {
-                log::warn!("final drain of aggregates: {e}");
-            }
-            if !out.is_empty() {
-                let _ = tx.send(Msg::Aggregates(out)).await;
-            }
+        let mut out = Vec::new();
+        if let Err(e) = maps.drain(maps.epoch(), &mut out) {
+            log::warn!("final drain of aggregates: {e}");
+        }
+        if !out.is_empty() {
+            let _ = tx.send(Msg::Aggregates(out)).await;
         }
     }
 

@@ -1,85 +1,120 @@
-//! Draining the in-kernel aggregate maps (aggregate mode).
+//! Draining the in-kernel aggregates (aggregate mode).
 //!
-//! The programs write into the map `ACTIVE[0]` names. To drain without
-//! losing a single wait, userspace flips `ACTIVE`, waits until programs that
-//! read the old value have finished (they run for microseconds; the grace
-//! period is milliseconds), then reads and deletes every key of the
-//! now-inactive map.
+//! The programs write into generation `ACTIVE[0]`: the hash map and the
+//! per-CPU cache half its low bit names. To drain without losing a single
+//! wait, userspace moves `ACTIVE` to the next generation, waits until
+//! programs that read the old value have finished (they run for
+//! microseconds; the grace period is milliseconds), then reads and deletes
+//! every key of the now-inactive hash map and reads the cache slots claimed
+//! in the old generation. Cache slots need no deleting: a slot of an older
+//! generation counts as free in the programs.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
-use aya::maps::{Array, MapData, PerCpuHashMap};
-use profiler_common::{AggKey, AggVal, HIST_BUCKETS};
+use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
+use profiler_common::{AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, HIST_BUCKETS, names::map};
 
 use crate::ebpf::LoadError;
 
 /// Grace period after a flip before the old map is read.
 pub const FLIP_GRACE: Duration = Duration::from_millis(5);
 
-/// The two aggregate maps and the selector.
+/// The aggregate maps, the cache and the generation selector.
 pub struct AggMaps {
     maps: [PerCpuHashMap<MapData, AggKey, AggVal>; 2],
+    cache: PerCpuArray<MapData, AggSlot>,
     active: Array<MapData, u32>,
-    current: u32,
+    epoch: u32,
+}
+
+/// Adds `v` (one CPU's or one source's aggregate) into `out`.
+pub fn merge_into(out: &mut AggVal, v: &AggVal) {
+    if v.count == 0 {
+        return;
+    }
+    if out.count == 0 || v.min_ns < out.min_ns {
+        out.min_ns = v.min_ns;
+    }
+    out.max_ns = out.max_ns.max(v.max_ns);
+    out.count += v.count;
+    out.total_ns = out.total_ns.saturating_add(v.total_ns);
+    if out.comm[0] == 0 {
+        out.comm = v.comm;
+    }
+    for i in 0..HIST_BUCKETS {
+        out.hist[i] = out.hist[i].saturating_add(v.hist[i]);
+    }
 }
 
 /// Sums per-CPU values of one key.
 pub fn merge_cpus<'a>(values: impl IntoIterator<Item = &'a AggVal>) -> AggVal {
     let mut out = AggVal::default();
     for v in values {
-        if v.count == 0 {
-            continue;
-        }
-        if out.count == 0 || v.min_ns < out.min_ns {
-            out.min_ns = v.min_ns;
-        }
-        out.max_ns = out.max_ns.max(v.max_ns);
-        out.count += v.count;
-        out.total_ns = out.total_ns.saturating_add(v.total_ns);
-        if out.comm[0] == 0 {
-            out.comm = v.comm;
-        }
-        for i in 0..HIST_BUCKETS {
-            out.hist[i] = out.hist[i].saturating_add(v.hist[i]);
+        merge_into(&mut out, v);
+    }
+    out
+}
+
+/// The cache slots of generation `epoch` among `slots` (every CPU's value
+/// of the generation's half), merged by key.
+pub fn cached_of_epoch<'a>(epoch: u32, slots: impl IntoIterator<Item = &'a AggSlot>) -> HashMap<AggKey, AggVal> {
+    let mut out: HashMap<AggKey, AggVal> = HashMap::new();
+    for s in slots {
+        if s.epoch == epoch && s.val.count != 0 {
+            merge_into(out.entry(s.key).or_default(), &s.val);
         }
     }
     out
+}
+
+fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
+    move |e| LoadError::Map { name, detail: e.to_string() }
 }
 
 impl AggMaps {
     pub(crate) fn new(
         a: PerCpuHashMap<MapData, AggKey, AggVal>,
         b: PerCpuHashMap<MapData, AggKey, AggVal>,
+        cache: PerCpuArray<MapData, AggSlot>,
         active: Array<MapData, u32>,
     ) -> AggMaps {
-        AggMaps { maps: [a, b], active, current: 0 }
+        AggMaps { maps: [a, b], cache, active, epoch: 0 }
     }
 
-    /// Makes the other map active; returns the index of the one to drain.
-    pub fn flip(&mut self) -> Result<usize, LoadError> {
-        let old = self.current;
-        let new = old ^ 1;
-        self.active
-            .set(0, new, 0)
-            .map_err(|e| LoadError::Map { name: profiler_common::names::map::ACTIVE, detail: e.to_string() })?;
-        self.current = new;
-        Ok(old as usize)
+    /// Moves the programs to the next generation; returns the one to drain.
+    pub fn flip(&mut self) -> Result<u32, LoadError> {
+        let old = self.epoch;
+        let new = old.wrapping_add(1);
+        self.active.set(0, new, 0).map_err(map_err(map::ACTIVE))?;
+        self.epoch = new;
+        Ok(old)
     }
 
-    /// Reads and deletes every key of map `idx`, appending merged values.
-    pub fn drain(&mut self, idx: usize, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
-        let map = &mut self.maps[idx & 1];
-        let err =
-            |e: aya::maps::MapError| LoadError::Map { name: profiler_common::names::map::AGG_A, detail: e.to_string() };
-        let keys: Vec<AggKey> = map.keys().collect::<Result<_, _>>().map_err(err)?;
+    /// The generation the programs write.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Reads generation `epoch` (no longer written): deletes every key of its
+    /// hash map, reads its cache slots, appends the merged values.
+    pub fn drain(&mut self, epoch: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
+        let name = if epoch & 1 == 0 { map::AGG_A } else { map::AGG_B };
+        let hashed = &mut self.maps[(epoch & 1) as usize];
+        let keys: Vec<AggKey> = hashed.keys().collect::<Result<_, _>>().map_err(map_err(name))?;
+        let mut merged: HashMap<AggKey, AggVal> = HashMap::with_capacity(keys.len());
         for k in keys {
-            let v = map.get(&k, 0).map_err(err)?;
-            let merged = merge_cpus(v.iter());
-            map.remove(&k).map_err(err)?;
-            if merged.count > 0 {
-                out.push((k, merged));
+            let v = hashed.get(&k, 0).map_err(map_err(name))?;
+            merged.insert(k, merge_cpus(v.iter()));
+            hashed.remove(&k).map_err(map_err(name))?;
+        }
+        let half = (epoch & 1) * AGG_CACHE_SLOTS;
+        for i in half..half + AGG_CACHE_SLOTS {
+            let per_cpu = self.cache.get(&i, 0).map_err(map_err(map::AGG_CACHE))?;
+            for (k, v) in cached_of_epoch(epoch, per_cpu.iter()) {
+                merge_into(merged.entry(k).or_default(), &v);
             }
         }
+        out.extend(merged.into_iter().filter(|(_, v)| v.count > 0));
         Ok(())
     }
 }
@@ -102,5 +137,23 @@ mod tests {
         assert_eq!(m.hist.iter().map(|&c| u64::from(c)).sum::<u64>(), 3);
         assert_eq!(&m.comm[..3], b"cat");
         assert_eq!(merge_cpus([&idle]).count, 0);
+    }
+
+    #[test]
+    fn cache_slots_count_only_in_their_generation() {
+        let key = |tid| AggKey { lock_addr: 0xffff_8881_0000_1000, tid, tgid: 7, flags: 0x20, stack_id: 3 };
+        let slot = |tid, epoch, count| AggSlot {
+            key: key(tid),
+            epoch,
+            _pad: 0,
+            val: AggVal { count, total_ns: count * 100, max_ns: 100, min_ns: 100, ..AggVal::default() },
+        };
+        // Two CPUs with the same key in generation 4, one stale slot of
+        // generation 2 (drained two flips ago) and one free slot.
+        let slots = [slot(1, 4, 3), slot(1, 4, 2), slot(2, 2, 9), slot(3, 4, 0)];
+        let got = cached_of_epoch(4, slots.iter());
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[&key(1)].count, got[&key(1)].total_ns), (5, 500));
+        assert!(cached_of_epoch(3, slots.iter()).is_empty());
     }
 }

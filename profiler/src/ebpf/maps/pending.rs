@@ -2,7 +2,7 @@
 //! waits still open when recording stops.
 
 use aya::maps::{HashMap, MapData, PerCpuArray};
-use profiler_common::{PendingWait, names::map};
+use profiler_common::{PendingWait, SPIN_SLOTS, names::map};
 
 use crate::ebpf::LoadError;
 
@@ -50,7 +50,9 @@ impl PendingMaps {
     /// Waits with a begin and no end yet.
     pub fn open_waits(&self) -> Result<Vec<PendingWait>, LoadError> {
         let mut open: Vec<PendingWait> = self.tasks.iter().filter_map(Result::ok).map(|(_, t)| t).collect();
-        open.extend(self.spin.get(&0, 0).map_err(|e| err(map::SPIN_PENDING, e))?.iter().copied());
+        for slot in 0..SPIN_SLOTS {
+            open.extend(self.spin.get(&slot, 0).map_err(|e| err(map::SPIN_PENDING, e))?.iter().copied());
+        }
         open.retain(|p| p.lock_addr != 0);
         Ok(open)
     }
