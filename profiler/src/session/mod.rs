@@ -161,7 +161,8 @@ impl Session {
             Kallsyms::default()
         });
         let ring = probes.take_events()?;
-        let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?));
+        let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
+            .with_identities(Box::new(probes.take_identities()?));
         let stop = CancellationToken::new();
         let logger = if opts.ebpf_logs {
             match aya_log::EbpfLogger::init(probes.ebpf_mut()) {
