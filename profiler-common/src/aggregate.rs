@@ -95,6 +95,11 @@ impl Default for AggVal {
 /// acquisitions, keyed like their waits); above every `LCB_F_*` bit.
 pub const AGG_HOLD: u32 = 1 << 31;
 
+/// `AggKey::flags` bit of a blame aggregate: waits on the lock, keyed by
+/// the owner that made them wait (`tid`/`tgid` are the owner's, 0 for
+/// readers; `stack_id` is the owner's acquire stack).
+pub const AGG_BLAME: u32 = 1 << 30;
+
 /// Slots per generation of the per-CPU aggregate cache (`AGG_CACHE` holds
 /// two generations, like the two aggregate hash maps).
 pub const AGG_CACHE_SLOTS: u32 = 64;

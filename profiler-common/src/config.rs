@@ -64,10 +64,6 @@ pub struct TaskOffsets {
     pub _pad: u32,
 }
 
-/// `struct mutex` owner flag: the wait list is not empty (some task sleeps
-/// on the mutex, or is about to).
-pub const MUTEX_FLAG_WAITERS: u64 = 1;
-
 /// Filters and knobs the userspace writes into the eBPF programs' `CONFIG`
 /// global before loading.
 #[repr(C)]
@@ -97,12 +93,17 @@ pub struct Config {
     /// Kernel functions the programs may call ([`KFUNC_GET_KMEM_CACHE`]):
     /// set only when userspace bound the call to this kernel's BTF id.
     pub kfuncs: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// Non-zero: read the owner of mutexes and rwsems when a wait begins
+    /// (blame).
+    pub owners: u32,
 }
 
 /// `Config::kfuncs` bit: `bpf_get_kmem_cache` (6.13+) is callable.
 pub const KFUNC_GET_KMEM_CACHE: u32 = 1;
+/// `Config::kfuncs` bit: `bpf_rdonly_cast` (6.2+) is callable: kernel
+/// structures at known addresses are read with plain (fault-safe) loads
+/// instead of `bpf_probe_read_kernel`.
+pub const KFUNC_RDONLY_CAST: u32 = 2;
 
 impl Config {
     /// Record every type and process, stream mode, no stack budget.
@@ -117,7 +118,7 @@ impl Config {
         task: TaskOffsets { pid: 0, tgid: 0, comm: 0, _pad: 0 },
         layout: Layout::UNKNOWN,
         kfuncs: 0,
-        _pad: 0,
+        owners: 0,
     };
 
     /// Whether a type or process filter is on (then unmatched ends are expected).

@@ -73,6 +73,8 @@ pub const fn ident_seen_index(lock: u64) -> u32 {
 /// (aya 0.14 has no kfunc support), and the programs only reach them when
 /// `Config::kfuncs` says the binding happened.
 pub const KFUNC_CALL_GET_KMEM_CACHE: u32 = 0x7ff0_0001;
+/// Placeholder helper id of `bpf_rdonly_cast(void *obj, u32 btf_id)`.
+pub const KFUNC_CALL_RDONLY_CAST: u32 = 0x7ff0_0002;
 
 /// Bytes of a slab cache name in a [`SlabRecord`].
 pub const SLAB_NAME_LEN: usize = 40;

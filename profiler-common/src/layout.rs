@@ -65,6 +65,18 @@ pub struct Layout {
     pub cache_oo: u32,
     /// `kmem_cache.red_left_pad` (unknown: 0 is assumed).
     pub cache_red_left_pad: u32,
+    /// `rw_semaphore.owner` (task pointer with flag bits).
+    pub rwsem_owner: u32,
+    /// `rw_semaphore.count` (readers above bit 8).
+    pub rwsem_count: u32,
+    /// `rt_mutex_base.owner` (PREEMPT_RT's mutexes and rwsems' writer side).
+    pub rtmutex_owner: u32,
+    /// BTF id of `struct mutex` (0: unknown), for `bpf_rdonly_cast`.
+    pub btf_mutex: u32,
+    /// BTF id of `struct rw_semaphore` (0: unknown).
+    pub btf_rwsem: u32,
+    /// BTF id of `struct task_struct` (0: unknown).
+    pub btf_task: u32,
     /// Reserved, zero.
     pub _pad: u32,
 }
@@ -99,6 +111,12 @@ impl Layout {
         cache_object_size: UNKNOWN_OFFSET,
         cache_oo: UNKNOWN_OFFSET,
         cache_red_left_pad: UNKNOWN_OFFSET,
+        rwsem_owner: UNKNOWN_OFFSET,
+        rwsem_count: UNKNOWN_OFFSET,
+        rtmutex_owner: UNKNOWN_OFFSET,
+        btf_mutex: 0,
+        btf_rwsem: 0,
+        btf_task: 0,
         _pad: 0,
     };
 }
@@ -121,7 +139,7 @@ mod tests {
 
     #[test]
     fn layout_is_all_u32_and_unknown_by_default() {
-        assert_eq!(core::mem::size_of::<Layout>(), 28 * 4);
+        assert_eq!(core::mem::size_of::<Layout>(), 34 * 4);
         assert!(!known(Layout::default().task_mm));
         assert!(known(0));
     }

@@ -20,16 +20,17 @@ mod record;
 mod state;
 
 pub use aggregate::{
-    AGG_CACHE_SLOTS, AGG_HOLD, AggKey, AggSlot, AggVal, HIST_BUCKETS, agg_cache_index, hist_bucket, hist_bucket_low,
+    AGG_BLAME, AGG_CACHE_SLOTS, AGG_HOLD, AggKey, AggSlot, AggVal, HIST_BUCKETS, agg_cache_index, hist_bucket,
+    hist_bucket_low,
 };
 pub use config::{
     Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES,
-    KFUNC_GET_KMEM_CACHE, MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, MUTEX_FLAG_WAITERS, STACK_WINDOW_NS,
+    KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST, MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, STACK_WINDOW_NS,
     STACK_WINDOWS_PER_S, TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, YIELD_PENDING_ENTRIES,
 };
 pub use ident::{
-    IDENT_ENTRIES, IDENT_SEEN_SLOTS, KFUNC_CALL_GET_KMEM_CACHE, LockIdent, SLAB_NAME_LEN, SlabRecord, ident_seen_index,
-    kind,
+    IDENT_ENTRIES, IDENT_SEEN_SLOTS, KFUNC_CALL_GET_KMEM_CACHE, KFUNC_CALL_RDONLY_CAST, LockIdent, SLAB_NAME_LEN,
+    SlabRecord, ident_seen_index, kind,
 };
 pub use layout::{Layout, UNKNOWN_OFFSET, known};
 pub use lock::{LockMode, LockType, is_spinning, lcb, probe_flags};
@@ -38,6 +39,6 @@ pub use record::{
     record_size,
 };
 pub use state::{
-    CachedStack, HoldKey, HoldStart, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS,
-    STACK_SKIPPED, StackBudget, YieldStart, task_key,
+    ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT,
+    SPIN_SLOTS, STACK_CACHE_SLOTS, STACK_SKIPPED, StackBudget, YieldStart, acquired_index, owner, task_key,
 };

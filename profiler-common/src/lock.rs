@@ -111,6 +111,14 @@ impl LockType {
     }
 }
 
+impl LockType {
+    /// Whether the lock records its owner task (mutexes, rwsems' writers,
+    /// PREEMPT_RT's rt_mutex-based locks), so waits on it can be blamed.
+    pub const fn records_owner(self) -> bool {
+        matches!(self, LockType::Mutex | LockType::Rwsem | LockType::RtMutex)
+    }
+}
+
 impl LockMode {
     /// Every mode.
     pub const ALL: [LockMode; 3] = [LockMode::Exclusive, LockMode::Read, LockMode::Write];

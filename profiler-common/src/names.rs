@@ -42,6 +42,10 @@ pub mod map {
     pub const IDENT_SEEN: &str = "IDENT_SEEN";
     /// Per-CPU run-queue lock, once recorded.
     pub const RQ_SEEN: &str = "RQ_SEEN";
+    /// Last contended acquisition per lock slot.
+    pub const ACQUIRED: &str = "ACQUIRED";
+    /// Holders of locks with no owner field, while their holds are timed.
+    pub const HOLDERS: &str = "HOLDERS";
     /// Per-CPU counters.
     pub const COUNTERS: &str = "COUNTERS";
     /// Per-CPU re-entrancy guard.
@@ -70,6 +74,8 @@ pub mod map {
         IDENTITIES,
         IDENT_SEEN,
         RQ_SEEN,
+        ACQUIRED,
+        HOLDERS,
         COUNTERS,
         BUSY,
         YIELD_PENDING,

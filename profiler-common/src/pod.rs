@@ -28,5 +28,8 @@ pod!(
     super::Layout,
     super::AggSlot,
     super::LockIdent,
+    super::Owner,
+    super::Acquired,
+    super::Holder,
     super::SlabRecord,
 );

@@ -53,6 +53,8 @@ pub struct ContentionEvent {
     pub stack_id: i32,
     /// `comm` of the waiting thread.
     pub comm: [u8; 16],
+    /// Who held the lock when the wait began.
+    pub owner: crate::Owner,
 }
 
 /// One `yield_to()` call (KVM directed yield), sent at its return.
@@ -98,11 +100,11 @@ mod tests {
 
     #[test]
     fn records_lead_with_their_kind_and_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<ContentionEvent>(), 64);
+        assert_eq!(core::mem::size_of::<ContentionEvent>(), 104);
         assert_eq!(core::mem::size_of::<YieldEvent>(), 88);
         assert_eq!(core::mem::offset_of!(ContentionEvent, kind), 0);
         assert_eq!(core::mem::offset_of!(YieldEvent, kind), 0);
-        assert_eq!(record_size(EVENT_HOLD), Some(64));
+        assert_eq!(record_size(EVENT_HOLD), Some(104));
         assert_eq!(record_size(EVENT_YIELD), Some(88));
         assert_eq!(record_size(0), None);
         assert_eq!(record_size(99), None);

@@ -5,6 +5,75 @@
 /// stack budget was spent and no reusable stack was known.
 pub const STACK_SKIPPED: i32 = -1_000_000;
 
+/// Who held a lock when a wait on it began (`Owner::kind`).
+pub mod owner {
+    /// Not known: the lock type records no owner, the kernel's layout is
+    /// unknown, or the lock was free again by the time it was read.
+    pub const UNKNOWN: u32 = 0;
+    /// A task (`Owner::tid` and friends).
+    pub const TASK: u32 = 1;
+    /// An rwsem held by readers (`Owner::tid` holds their count when the
+    /// kernel exposes it, else 0).
+    pub const READERS: u32 = 2;
+}
+
+/// The holder of a lock when a wait on it began.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// [`owner`] kind.
+    pub kind: u32,
+    /// Owner thread id (readers: their count, if known).
+    pub tid: u32,
+    /// Owner process id.
+    pub tgid: u32,
+    /// The stack the owner acquired the lock with, when it acquired it after
+    /// a wait lockprof saw (else [`STACK_SKIPPED`]).
+    pub stack_id: i32,
+    /// The owner's `task_struct` (its `comm` is read when a record or a
+    /// blame aggregate needs it).
+    pub task: u64,
+    /// Owner `comm` (filled in records and blame aggregates).
+    pub comm: [u8; 16],
+}
+
+/// Slots of the `ACQUIRED` array: the last contended acquisition per lock
+/// slot (which thread, with which stack).
+pub const ACQUIRED_SLOTS: u32 = 4096;
+
+/// An entry of `ACQUIRED`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Acquired {
+    /// The lock.
+    pub lock_addr: u64,
+    /// The thread that acquired it.
+    pub tid: u32,
+    /// Its stack at the wait that ended in the acquisition.
+    pub stack_id: i32,
+}
+
+/// Value of `HOLDERS` (keyed by lock address): who holds a lock with no
+/// owner field while its hold is timed.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// Holder thread.
+    pub tid: u32,
+    /// Holder process.
+    pub tgid: u32,
+    /// Its stack at the wait that ended in the acquisition.
+    pub stack_id: i32,
+    /// Reserved, zero.
+    pub _pad: u32,
+}
+
+/// Slot of `lock` in `ACQUIRED`.
+#[inline(always)]
+pub const fn acquired_index(lock: u64) -> u32 {
+    ((lock >> 4) ^ (lock >> 16)) as u32 & (ACQUIRED_SLOTS - 1)
+}
+
 /// State between `contention_begin` and `contention_end`: the value of the
 /// per-task `PENDING` map (keyed by [`task_key`]) and of the per-CPU
 /// `SPIN_PENDING` slots. `lock_addr == 0` marks a free or idle slot.
@@ -23,6 +92,8 @@ pub struct PendingWait {
     pub tgid: u32,
     /// Waiting thread id.
     pub tid: u32,
+    /// Who held the lock when the wait began.
+    pub owner: Owner,
 }
 
 /// `SPIN_PENDING` slot of pure spinning waits (spinlocks, rwlocks).
@@ -129,7 +200,10 @@ mod tests {
 
     #[test]
     fn layouts_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<PendingWait>(), 32);
+        assert_eq!(core::mem::size_of::<PendingWait>(), 72);
+        assert_eq!(core::mem::size_of::<Owner>(), 40);
+        assert_eq!(core::mem::size_of::<Acquired>(), 16);
+        assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u64::MAX) < ACQUIRED_SLOTS);
         assert_eq!(core::mem::size_of::<CachedStack>(), 24);
         assert_eq!(core::mem::size_of::<YieldStart>(), 40);
         assert_eq!(core::mem::size_of::<HoldKey>(), 16);

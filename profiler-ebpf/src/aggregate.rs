@@ -9,9 +9,9 @@ use profiler_common::{AggKey, AggVal, agg_cache_index, hist_bucket};
 use crate::maps::{ACTIVE, AGG_A, AGG_B, AGG_CACHE, AGG_ZERO};
 
 #[inline(always)]
-fn add_wait(v: &mut AggVal, wait: u64) {
+fn add_wait(v: &mut AggVal, wait: u64, comm: impl FnOnce() -> [u8; 16]) {
     if v.count == 0 {
-        v.comm = aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]);
+        v.comm = comm();
         v.min_ns = wait;
     } else if wait < v.min_ns {
         v.min_ns = wait;
@@ -26,19 +26,25 @@ fn add_wait(v: &mut AggVal, wait: u64) {
     }
 }
 
-/// Folds a wait into this CPU's aggregate for `key`; false if the hash map
-/// is full.
+/// Folds a wait into this CPU's aggregate for `key` (a new key takes the
+/// current task's `comm`); false if the hash map is full.
 #[inline(always)]
 pub fn aggregate(key: &AggKey, wait: u64) -> bool {
+    aggregate_as(key, wait, || aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]))
+}
+
+/// [`aggregate`], a new key taking its `comm` from `comm`.
+#[inline(always)]
+pub fn aggregate_as(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) -> bool {
     let epoch = ACTIVE.get(0).copied().unwrap_or(0);
     if let Some(v) = cached(key, epoch) {
-        add_wait(v, wait);
+        add_wait(v, wait, comm);
         return true;
     }
     let Some(v) = hashed(key, epoch) else {
         return false;
     };
-    add_wait(v, wait);
+    add_wait(v, wait, comm);
     true
 }
 

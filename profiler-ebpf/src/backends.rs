@@ -3,6 +3,8 @@
 //! the lock slowpaths. All of them feed `waits`.
 
 use aya_ebpf::{
+    EbpfContext,
+    helpers::bpf_probe_read_kernel,
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, tracepoint},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
@@ -106,12 +108,23 @@ pub fn krp_spin(ctx: RetProbeContext) -> u32 {
 // holder of the guard would make other tasks' programs on that CPU skip
 // their work. Nothing they call takes a lock they probe, so they cannot
 // nest into themselves through our own map operations.
+/// The first argument of a fentry program as a plain number. The verifier
+/// types a struct pointer argument (`struct mutex *`) and forbids arithmetic
+/// on it, which the identity slot's hash needs: a copy read through the
+/// helper is a scalar.
+#[inline(always)]
+fn fentry_lock(ctx: &FEntryContext) -> u64 {
+    // SAFETY: the first u64 of the trampoline's argument array, read through
+    // the helper (which checks the address).
+    unsafe { bpf_probe_read_kernel(ctx.as_ptr() as *const u64) }.unwrap_or(0)
+}
+
 macro_rules! fentry_waits {
     ($($fe:ident, $fx:ident, $flags:expr, $spinning:expr;)*) => {$(
         /// fentry at a slowpath's entry.
         #[fentry]
         pub fn $fe(ctx: FEntryContext) -> i32 {
-            let lock: u64 = ctx.arg(0);
+            let lock = fentry_lock(&ctx);
             match probe_begin(&ctx, lock, $flags, true) {
                 Ok(r) | Err(r) => r as i32,
             }

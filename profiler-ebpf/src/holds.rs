@@ -9,12 +9,13 @@ use aya_ebpf::{
     programs::{FEntryContext, ProbeContext},
 };
 use aya_log_ebpf::warn;
-use profiler_common::{AGG_HOLD, AggKey, EVENT_HOLD, HoldKey, MODE_AGGREGATE, PendingWait, counter};
+use profiler_common::{AGG_HOLD, AggKey, EVENT_HOLD, HoldKey, MODE_AGGREGATE, Owner, PendingWait, counter};
 
 use crate::{
     aggregate::aggregate,
     context::{Ids, config, count, guarded},
     maps::HOLDS,
+    owners::forget_holder,
     ringbuf,
     waits::record,
 };
@@ -30,6 +31,7 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         return Ok(0);
     };
     let _ = HOLDS.remove(key);
+    forget_holder(lock_addr, ids.tid);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let held = PendingWait {
@@ -39,6 +41,7 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         stack_id: start.stack_id,
         tgid: ids.tgid,
         tid: ids.tid,
+        owner: Owner::default(),
     };
     count(counter::HOLDS);
     if config().mode == MODE_AGGREGATE {

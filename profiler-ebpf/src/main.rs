@@ -10,6 +10,7 @@
 //! - [`aggregate`]: in-kernel per-CPU aggregation (aggregate mode);
 //! - [`identity`]: which lock an address is, confirmed once per CPU;
 //! - [`slabs`]: the `kmem_cache` iterator that names slab caches;
+//! - [`owners`]: who holds a lock when a wait begins (blame);
 //! - [`holds`]: hold times from the release functions;
 //! - [`yields`]: KVM directed yield (`yield_to`);
 //! - `floor` (feature `floor`, benchmarks only): counting-only programs.
@@ -29,6 +30,7 @@ mod floor;
 mod holds;
 mod identity;
 mod maps;
+mod owners;
 mod ringbuf;
 mod slabs;
 mod stack;

@@ -8,10 +8,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_common::{
-    AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES,
-    DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent,
-    PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart,
-    counter,
+    ACQUIRED_SLOTS, AGG_CACHE_SLOTS, Acquired, AggKey, AggSlot, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES,
+    DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, Holder, IDENT_ENTRIES,
+    IDENT_SEEN_SLOTS, LockIdent, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, TGID_FILTER_ENTRIES,
+    YIELD_PENDING_ENTRIES, YieldStart, counter,
 };
 
 /// Filters and knobs, written by userspace before load.
@@ -93,6 +93,15 @@ pub static IDENT_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(IDENT_SE
 /// This CPU's run-queue lock, once recorded in `IDENTITIES`.
 #[map]
 pub static RQ_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// The last contended acquisition per lock slot (`acquired_index`): which
+/// thread, with which stack (the owner's stack for later waiters).
+#[map]
+pub static ACQUIRED: Array<Acquired> = Array::with_max_entries(ACQUIRED_SLOTS, 0);
+
+/// The holder of each lock with no owner field whose hold is being timed.
+#[map]
+pub static HOLDERS: HashMap<u64, Holder> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
 
 /// Per-CPU counters, indexed by `profiler_common::counter`.
 #[map]

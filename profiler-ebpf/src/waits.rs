@@ -9,15 +9,17 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey, HoldStart, LockType,
-    MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, UNKNOWN_OFFSET, counter, is_spinning, lcb, task_key,
+    AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
+    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, UNKNOWN_OFFSET, counter, is_spinning,
+    lcb, owner, task_key,
 };
 
 use crate::{
-    aggregate::aggregate,
+    aggregate::{aggregate, aggregate_as},
     context::{Ids, config, count, wanted},
     identity::identify,
     maps::{HOLD_ON, HOLDS, PENDING, SPIN_DEPTH, SPIN_PENDING},
+    owners::{note_acquired, note_holder, owner_comm, owner_of},
     ringbuf,
     stack::stack_for,
 };
@@ -101,7 +103,15 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
     identify(&cfg, lock_addr, flags, slab);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let wait = |stack_id| PendingWait { begin_ns: now, lock_addr, flags, stack_id, tgid: ids.tgid, tid: ids.tid };
+    let wait = |stack_id| PendingWait {
+        begin_ns: now,
+        lock_addr,
+        flags,
+        stack_id,
+        tgid: ids.tgid,
+        tid: ids.tid,
+        owner: owner_of(&cfg, lock_addr, flags),
+    };
 
     if is_spinning(flags) {
         let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
@@ -218,7 +228,10 @@ pub fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
 /// A record of the wait (or hold) in `p`, ended at `now`.
 #[inline(always)]
 pub fn record(kind: u32, p: &PendingWait, ids: Ids, now: u64) -> ContentionEvent {
+    let mut owner = p.owner;
+    owner.comm = owner_comm(&config(), &owner);
     ContentionEvent {
+        owner,
         kind,
         cpu: ids.cpu,
         lock_addr: p.lock_addr,
@@ -241,16 +254,39 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     if HOLD_ON.get(0).is_some_and(|v| *v != 0) {
         let key = HoldKey { lock_addr: pending.lock_addr, tid: ids.tid, _pad: 0 };
         let start = HoldStart { start_ns: now, flags: pending.flags, stack_id: pending.stack_id };
+        if !LockType::from_flags(pending.flags).records_owner() && pending.flags & lcb::READ == 0 {
+            // Locks with no owner field: the holder is known while its hold is timed.
+            note_holder(pending.lock_addr, ids.tid, ids.tgid, pending.stack_id);
+        }
         if HOLDS.insert(key, start, 0).is_err() && count(counter::HOLD_MAP_FULL) {
             warn!(ctx, "lockprof: hold map full");
         }
     }
     let cfg = config();
+    if cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
+        note_acquired(pending.lock_addr, ids.tid, pending.stack_id);
+    }
     if cfg.mode != MODE_AGGREGATE {
         ringbuf::send(ctx, record(EVENT_CONTENTION, pending, ids, now));
         return;
     }
     let wait = now.saturating_sub(pending.begin_ns);
+    let o = &pending.owner;
+    let mut blamed = false;
+    if o.kind != owner::UNKNOWN {
+        // Blame: the wait charged to whoever held the lock (readers: tid 0).
+        let key = AggKey {
+            lock_addr: pending.lock_addr,
+            tid: if o.kind == owner::TASK { o.tid } else { 0 },
+            tgid: o.tgid,
+            flags: pending.flags | AGG_BLAME,
+            stack_id: o.stack_id,
+        };
+        blamed = aggregate_as(&key, wait, || owner_comm(&cfg, o));
+        if !blamed && count(counter::AGG_FULL) {
+            warn!(ctx, "lockprof: aggregate map full, blame lost");
+        }
+    }
     let key = AggKey {
         lock_addr: pending.lock_addr,
         tid: ids.tid,
@@ -262,7 +298,12 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
         if count(counter::AGG_FULL) {
             warn!(ctx, "lockprof: aggregate map full, streaming instead");
         }
-        ringbuf::send(ctx, record(EVENT_AGG_OVERFLOW, pending, ids, now));
+        let mut ev = record(EVENT_AGG_OVERFLOW, pending, ids, now);
+        if blamed {
+            // Its blame is in the aggregates already.
+            ev.owner.kind = owner::UNKNOWN;
+        }
+        ringbuf::send(ctx, ev);
     } else if cfg.outlier_ns != 0 && wait >= cfg.outlier_ns {
         count(counter::OUTLIERS);
         ringbuf::send(ctx, record(EVENT_OUTLIER, pending, ids, now));

@@ -3,7 +3,7 @@
 
 use profiler_common::LockType;
 
-use crate::model::{CallerProfile, LockProfile, Profile, Stats, TaskProfile, YieldCaller, YieldPair};
+use crate::model::{CallerProfile, LockProfile, OwnerProfile, Profile, Stats, TaskProfile, YieldCaller, YieldPair};
 
 /// Sort key, descending.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -149,6 +149,26 @@ impl Query {
     /// (lock, caller) rows, filtered, sorted and cut.
     pub fn callers<'a>(&self, p: &'a Profile) -> Vec<(&'a LockProfile, &'a CallerProfile)> {
         self.caller_indices(p).into_iter().map(|(i, j)| (&p.locks[i], &p.locks[i].callers[j])).collect()
+    }
+
+    /// (lock, owner) rows: owners of the locks shown, largest caused wait
+    /// first (the sort key does not apply: owners carry plain sums), cut.
+    pub fn owners<'a>(&self, p: &'a Profile) -> Vec<(&'a LockProfile, &'a OwnerProfile)> {
+        let t = self.text_lower();
+        let mut v: Vec<(&LockProfile, &OwnerProfile)> = p
+            .locks
+            .iter()
+            .filter(|l| self.lock_ok(l))
+            .flat_map(|l| l.owners.iter().map(move |o| (l, o)))
+            .filter(|(l, o)| contains(l.display_name(), &t) || contains(&o.comm, &t) || contains(&o.caller, &t))
+            .collect();
+        v.sort_by(|a, b| {
+            b.1.wait_caused_ns.cmp(&a.1.wait_caused_ns).then(a.0.addr.cmp(&b.0.addr)).then(a.1.tid.cmp(&b.1.tid))
+        });
+        if let Some(n) = self.top {
+            v.truncate(n);
+        }
+        v
     }
 
     /// Indices into `p.tasks` of the threads shown, filtered by name, sorted and cut.

@@ -30,6 +30,7 @@ fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockP
         slab: None,
         field: None,
         addresses: None,
+        owners: Vec::new(),
         wait: stats(LOCK_SIGFIG, &[1_000, 2_000]),
         hold: None,
         callers: vec![CallerProfile {
@@ -204,4 +205,33 @@ fn identity_check_wants_the_slab_when_the_kernel_can_say_and_the_reason_when_not
     other_row.name = Some("mmap_lock".into());
     let two = checks::pipe_identity(&profile(vec![pipe, other_row]), kernel_has_kfunc).expect_err("two names");
     assert!(two.contains("two names"), "{two}");
+}
+
+#[test]
+fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
+    use lockprof::model::{OwnerKind, OwnerProfile};
+    let owner = |kind, caller: &str, waits, ns| OwnerProfile {
+        kind,
+        tid: 9,
+        pid: 9,
+        comm: "w".into(),
+        caller: caller.into(),
+        stack: vec![format!("{caller}+0x10")],
+        waits,
+        wait_caused_ns: ns,
+        wait_caused_max_ns: ns,
+    };
+    let mut mm = lock(Some("mmap_lock"), LockType::Rwsem, LockMode::Read, "lock_mm_and_find_vma");
+    mm.owners = vec![
+        owner(OwnerKind::Task, "vm_mmap_pgoff+0x5", 1, 1_000),
+        owner(OwnerKind::Unknown, "[owner unknown]", 1, 2_000),
+    ];
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok());
+    mm.owners[1].wait_caused_ns = 1;
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).expect_err("sums").contains("sum to"));
+    mm.owners = vec![owner(OwnerKind::Unknown, "[owner unknown]", 2, 3_000)];
+    assert!(checks::mmap_blame(&profile(vec![mm])).expect_err("no writer").contains("no mmap_lock waits blamed"));
+    let mut tl = lock(Some("tasklist_lock"), LockType::Rwlock, LockMode::Write, "copy_process");
+    tl.owners = vec![owner(OwnerKind::Task, "__do_sys_setpgid+0x40", 2, 3_000)];
+    assert!(checks::tasklist_blame(&profile(vec![tl]), false).is_ok());
 }

@@ -194,6 +194,40 @@ fn kernel_names_the_pipe_mutex_mmap_rq_and_sig_locks_exactly() {
 }
 
 #[test]
+fn pipe_mutex_waits_are_blamed_on_the_pipe_threads() {
+    const TEST: &str = "pipe_mutex_waits_are_blamed_on_the_pipe_threads";
+    if !kernel_ready(TEST) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = record_during(cli_defaults(), Workload::Pipe, 4, 2.0);
+    let pipe = p
+        .locks
+        .iter()
+        .filter(|l| l.lock_type == LockType::Mutex)
+        .find(|l| callers_of(l).iter().any(|c| c.contains("pipe_write")))
+        .expect("pipe mutex");
+    let waits: u64 = pipe.owners.iter().map(|o| o.waits).sum();
+    let ns: u64 = pipe.owners.iter().map(|o| o.wait_caused_ns).sum();
+    assert_eq!((waits, ns), (pipe.wait.count(), pipe.wait.total_ns()), "owners plus unknown are the lock's waits");
+    let me = std::process::id();
+    let tasks: Vec<&lockprof::model::OwnerProfile> =
+        pipe.owners.iter().filter(|o| o.kind == lockprof::model::OwnerKind::Task).collect();
+    assert!(!tasks.is_empty(), "no owner seen: {:?}", pipe.owners);
+    // The pipe's users are this process's writer and reader threads.
+    for o in &tasks {
+        assert_eq!(o.pid, me, "owner {} {} is not one of the storm's threads", o.comm, o.tid);
+    }
+    let blamed: u64 = tasks.iter().map(|o| o.wait_caused_ns).sum();
+    assert!(blamed > 0);
+    let with_stack = tasks
+        .iter()
+        .find(|o| o.stack.iter().any(|f| fn_of(f).contains("pipe_write") || fn_of(f).contains("pipe_read")))
+        .unwrap_or_else(|| panic!("no owner acquired through pipe_write or pipe_read: {:?}", tasks));
+    assert!(with_stack.caller.contains("pipe_"), "{with_stack:?}");
+}
+
+#[test]
 fn stream_mode_sees_the_same_pipe_mutex() {
     if !kernel_ready("stream_mode_sees_the_same_pipe_mutex") {
         return;

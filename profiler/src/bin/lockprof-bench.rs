@@ -9,7 +9,7 @@ use lockprof::{
     ebpf::{FloorProbes, LoadOptions, Probes},
     pipeline::{Aggregator, Limits, record::decode},
 };
-use profiler_common::{ContentionEvent, EVENT_CONTENTION, lcb};
+use profiler_common::{ContentionEvent, EVENT_CONTENTION, Owner, lcb};
 use serde_json::json;
 
 /// Benchmark helpers.
@@ -76,6 +76,7 @@ fn synthetic(events: usize, stacks: usize, locks: usize) -> Vec<u8> {
             flags: lcb::MUTEX,
             stack_id: (i % stacks.max(1)) as i32,
             comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+            owner: Owner::default(),
         };
         // SAFETY: viewing a repr(C) POD value we own as its bytes, for its size.
         bytes.extend_from_slice(unsafe {

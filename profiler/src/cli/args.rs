@@ -65,6 +65,10 @@ pub struct SessionArgs {
     /// types; they need kprobes or fentry, and cost a probe per release).
     #[arg(long)]
     pub no_holds: bool,
+    /// Do not read lock owners (blame: who held a mutex or rwsem while
+    /// others waited; one read of the lock's owner field per wait).
+    #[arg(long)]
+    pub no_owners: bool,
     /// How waits reach userspace.
     #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
     pub mode: Mode,

@@ -31,6 +31,7 @@ impl SessionArgs {
             ("--backend", self.backend != BackendChoice::Auto),
             ("--no-yield-to", self.no_yield_to),
             ("--no-holds", self.no_holds),
+            ("--no-owners", self.no_owners),
             ("--mode", self.mode != Mode::Aggregate),
             ("--outlier-us", self.outlier_us != defaults::OUTLIER_US),
             ("--stack-rate", self.stack_rate != defaults::STACK_RATE),
@@ -85,6 +86,7 @@ impl TryFrom<&SessionArgs> for SessionOptions {
         c.type_mask = if a.types.is_empty() { u32::MAX } else { a.types.iter().fold(0, |m, t| m | t.bit()) };
         c.filter_tgid = u32::from(!a.pid.is_empty());
         c.outlier_ns = a.outlier_us.saturating_mul(1000);
+        c.owners = u32::from(!a.no_owners);
         o.set_mode(a.mode);
         o.set_stack_rate(a.stack_rate);
         Ok(o)

@@ -60,6 +60,7 @@ value_enum!(Format {
 value_enum!(By {
     By::Lock => "one row per lock, top callers nested",
     By::Caller => "one row per (lock, caller stack)",
+    By::Owner => "blame: one row per (lock, owner): who held it and the wait that caused",
     By::Task => "one row per waiting thread",
     By::YieldCaller => "KVM directed yield: one row per yield_to call path",
     By::YieldPair => "KVM directed yield: one row per (yielding thread, target)",
@@ -77,6 +78,7 @@ value_enum!(Metric {
     Metric::Wait => "total wait time (ns)",
     Metric::Hold => "total hold time (ns), where releases are probed",
     Metric::Count => "number of contentions",
+    Metric::Blame => "blame: the wait each lock owner caused (ns), by the owner's stack",
     Metric::Yield => "KVM directed yield: yield_to latency (ns) by caller",
 });
 

@@ -114,6 +114,10 @@ pub fn render_doctor(d: &features::Doctor) -> String {
     for (name, ok, what) in methods {
         let _ = writeln!(s, "  {name:<22} {:<4} {what}", yes(ok));
     }
+    let _ = writeln!(s, "lock owners (blame):");
+    for o in &d.owners {
+        let _ = writeln!(s, "  {:<22} {:<4} {}", o.lock_type, yes(o.owners), o.detail);
+    }
     for why in &m.missing {
         let _ = writeln!(s, "  - {why}");
     }

@@ -74,6 +74,54 @@ pub struct Doctor {
     pub task_offsets: Result<String, String>,
     /// How locks are named on this kernel.
     pub naming: NamingFacts,
+    /// Per lock type, whether waits can be blamed on an owner here.
+    pub owners: Vec<OwnerSupport>,
+}
+
+/// Whether owners of one lock type are seen on this kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct OwnerSupport {
+    /// Lock type.
+    pub lock_type: &'static str,
+    /// Owners are seen.
+    pub owners: bool,
+    /// How, or why not.
+    pub detail: String,
+}
+
+/// Owner support per lock type: the owner fields in BTF, the cheap read
+/// (`bpf_rdonly_cast`), release probes for the types without an owner field.
+fn owner_support(layout: &Layout, rdonly: bool, hold_pick: Option<&'static str>) -> Vec<OwnerSupport> {
+    let how =
+        if rdonly { "plain loads through bpf_rdonly_cast" } else { "bpf_probe_read_kernel (no bpf_rdonly_cast, 6.2+)" };
+    let field = |ty: &'static str, off: u32, member: &str| OwnerSupport {
+        lock_type: ty,
+        owners: off != profiler_common::UNKNOWN_OFFSET,
+        detail: if off != profiler_common::UNKNOWN_OFFSET {
+            format!(
+                "{member} read when a wait begins ({how}); owner stack: its acquire stack when it acquired after a wait"
+            )
+        } else {
+            format!("the kernel BTF has no {member}")
+        },
+    };
+    let tracked = |ty: &'static str| OwnerSupport {
+        lock_type: ty,
+        owners: hold_pick.is_some(),
+        detail: match hold_pick {
+            Some(k) => {
+                format!("no owner field: the holder is tracked while release probes ({k}) time its hold (writers only)")
+            }
+            None => "no owner field, and release functions cannot be probed here: owner unknown".into(),
+        },
+    };
+    vec![
+        field("mutex", layout.mutex_owner, "mutex.owner"),
+        field("rwsem", layout.rwsem_owner, "rw_semaphore.owner (readers counted)"),
+        field("rt-mutex", layout.rtmutex_owner, "rt_mutex_base.owner (PREEMPT_RT)"),
+        tracked("rwlock"),
+        tracked("spinlock"),
+    ]
 }
 
 /// Lock naming methods, tried for real.
@@ -269,6 +317,13 @@ pub fn run() -> Doctor {
         .map(|o| format!("pid at {}, tgid at {}, comm at {}", o.pid, o.tgid, o.comm))
         .map_err(|e| e.to_string());
     let naming = naming_facts(kallsyms.data_symbols > 0);
+    let owners = {
+        let blob = super::btf::kernel_blob().ok();
+        let types = blob.as_deref().and_then(|b| super::btf::Types::parse(b).ok());
+        let layout = types.as_ref().map_or(Layout::UNKNOWN, super::btf::layout);
+        let rdonly = types.as_ref().is_some_and(|t| t.has_func("bpf_rdonly_cast"));
+        owner_support(&layout, rdonly, hold_pick)
+    };
     Doctor {
         kernel: kernel_release(),
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
@@ -286,5 +341,6 @@ pub fn run() -> Doctor {
         kvm_loaded: std::path::Path::new("/sys/module/kvm").exists(),
         task_offsets,
         naming,
+        owners,
     }
 }

@@ -5,7 +5,7 @@
 //! the function's id in the kernel's BTF). `Config::kfuncs` tells the
 //! programs which calls were bound; the others stay unreachable.
 
-use profiler_common::{KFUNC_CALL_GET_KMEM_CACHE, KFUNC_GET_KMEM_CACHE};
+use profiler_common::{KFUNC_CALL_GET_KMEM_CACHE, KFUNC_CALL_RDONLY_CAST, KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST};
 
 use super::btf::Types;
 
@@ -17,7 +17,10 @@ const PSEUDO_KFUNC_CALL: u8 = 2;
 const SHF_EXECINSTR: u64 = 0x4;
 
 /// (placeholder id, kernel function, `Config::kfuncs` bit).
-const KFUNCS: &[(u32, &str, u32)] = &[(KFUNC_CALL_GET_KMEM_CACHE, "bpf_get_kmem_cache", KFUNC_GET_KMEM_CACHE)];
+const KFUNCS: &[(u32, &str, u32)] = &[
+    (KFUNC_CALL_GET_KMEM_CACHE, "bpf_get_kmem_cache", KFUNC_GET_KMEM_CACHE),
+    (KFUNC_CALL_RDONLY_CAST, "bpf_rdonly_cast", KFUNC_RDONLY_CAST),
+];
 
 /// An 8-byte aligned copy of an object (aya parses ELF structs in place).
 pub struct AlignedObject {

@@ -18,13 +18,15 @@ pub enum Metric {
     Hold,
     /// Number of contentions.
     Count,
+    /// Blame: the wait each owner caused, ns, by the owner's acquire stack.
+    Blame,
     /// KVM directed yield: `yield_to` latency, ns, by caller stack.
     Yield,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 4] = [Metric::Wait, Metric::Hold, Metric::Count, Metric::Yield];
+    pub const ALL: [Metric; 5] = [Metric::Wait, Metric::Hold, Metric::Count, Metric::Blame, Metric::Yield];
 
     /// Stable name.
     pub fn name(self) -> &'static str {
@@ -32,6 +34,7 @@ impl Metric {
             Metric::Wait => "wait",
             Metric::Hold => "hold",
             Metric::Count => "count",
+            Metric::Blame => "blame",
             Metric::Yield => "yield",
         }
     }
@@ -39,7 +42,7 @@ impl Metric {
     /// Unit of the weights.
     pub fn unit(self) -> &'static str {
         match self {
-            Metric::Wait | Metric::Hold | Metric::Yield => "ns",
+            Metric::Wait | Metric::Hold | Metric::Blame | Metric::Yield => "ns",
             Metric::Count => "contentions",
         }
     }
@@ -50,6 +53,7 @@ impl Metric {
             Metric::Wait => "Lock wait time (ns)",
             Metric::Hold => "Lock hold time (ns)",
             Metric::Count => "Lock contentions (count)",
+            Metric::Blame => "Lock wait caused, by owner stack (ns)",
             Metric::Yield => "KVM directed yield: yield_to latency (ns)",
         }
     }
@@ -81,8 +85,36 @@ fn weight(l: &LockProfile, c: &CallerProfile, m: Metric) -> Result<u64, ExportEr
             Some(h) => h.total_ns(),
             None => return Err(ExportError::NoHold(format!("lock {}", l.display_name()))),
         },
-        Metric::Yield => 0,
+        Metric::Yield | Metric::Blame => 0,
     })
+}
+
+/// Owners' acquire stacks weighted by the wait they caused, the lock as the
+/// leaf (or root); waits with no owner seen go under `[owner unknown]`.
+fn blame_lines(p: &Profile, o: &FoldOptions) -> Vec<String> {
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    let labels = p.labels();
+    let which = Query { lock: o.query.lock.clone(), types: o.query.types.clone(), ..Query::default() };
+    for l in which.locks(p) {
+        let label = labels.get(&l.addr).map_or(l.display_name(), String::as_str);
+        let lock_frame = clean(&format!("{label} [{}]", l.type_label()), true);
+        for ow in &l.owners {
+            if ow.wait_caused_ns == 0 {
+                continue;
+            }
+            let mut frames = root_first(&ow.stack, &ow.caller, o.offsets);
+            if ow.kind == crate::model::OwnerKind::Task && !ow.comm.is_empty() {
+                frames.insert(0, clean(&ow.comm, true));
+            }
+            if o.lock_root {
+                frames.insert(0, lock_frame.clone());
+            } else {
+                frames.push(lock_frame.clone());
+            }
+            *merged.entry(frames.join(";")).or_default() += ow.wait_caused_ns;
+        }
+    }
+    merged.into_iter().map(|(k, v)| format!("{k} {v}")).collect()
 }
 
 /// A stack's frames root first, cleaned; the caller alone when the stack is
@@ -122,6 +154,12 @@ fn yield_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError>
 pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
     if o.metric == Metric::Yield {
         return yield_lines(p, o);
+    }
+    if o.metric == Metric::Blame {
+        if p.locks.iter().all(|l| l.owners.is_empty()) {
+            return Err(ExportError::NoBlame);
+        }
+        return Ok(blame_lines(p, o));
     }
     if o.metric == Metric::Hold && p.locks.iter().all(|l| l.hold.is_none()) {
         return Err(ExportError::NoHold(

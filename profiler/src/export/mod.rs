@@ -14,6 +14,9 @@ pub enum ExportError {
     /// Hold times were asked for but the recording has none.
     #[error("this recording has no hold times ({0}); use --metric wait or count")]
     NoHold(String),
+    /// Blame was asked for but the recording has no owners.
+    #[error("this recording has no lock owners (no mutex or rwsem waits with a known owner); use --metric wait")]
+    NoBlame,
     /// yield_to latency was asked for but the recording has no yield_to data.
     #[error("this recording has no yield_to data ({0}); use --metric wait, hold or count")]
     NoYield(String),

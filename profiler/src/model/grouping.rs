@@ -79,6 +79,7 @@ mod tests {
             slab: None,
             field: None,
             addresses: None,
+            owners: Vec::new(),
             rt_base: None,
             wait: s.clone(),
             hold: None,

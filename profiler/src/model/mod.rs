@@ -9,6 +9,8 @@ mod yields;
 
 pub use grouping::grouped_by_name;
 pub use kind::{mode_name, parse_type, type_label, type_name};
-pub use profile::{CallerProfile, LockProfile, Meta, NameSource, Profile, SlowWait, TaskProfile};
+pub use profile::{
+    CallerProfile, LockProfile, Meta, NameSource, OwnerKind, OwnerProfile, Profile, SlowWait, TaskProfile,
+};
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};
 pub use yields::{RqContention, YieldCaller, YieldPair, YieldProfile, YieldStats};

@@ -101,6 +101,47 @@ pub struct LockProfile {
     pub hold: Option<Stats>,
     /// Waiters grouped by kernel stack, largest total wait first.
     pub callers: Vec<CallerProfile>,
+    /// Blame: the waits each owner caused, largest first; the `unknown` row
+    /// holds the rest, so the rows sum to the lock's waits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<OwnerProfile>,
+}
+
+/// Who held a lock while others waited, and how much waiting that caused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerProfile {
+    /// What the owner was.
+    pub kind: OwnerKind,
+    /// Owner thread id (0 unless a task).
+    pub tid: u32,
+    /// Owner process id.
+    pub pid: u32,
+    /// Owner thread name.
+    pub comm: String,
+    /// Innermost frame of the owner's acquire stack outside lock internals.
+    pub caller: String,
+    /// The stack the owner acquired the lock with (empty when it acquired
+    /// it without a wait lockprof saw).
+    pub stack: Vec<String>,
+    /// Waits it caused.
+    pub waits: u64,
+    /// Their total, ns.
+    pub wait_caused_ns: u64,
+    /// The longest, ns.
+    pub wait_caused_max_ns: u64,
+}
+
+/// What held a lock.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerKind {
+    /// A task.
+    Task,
+    /// An rwsem held by readers.
+    Readers,
+    /// Not known: the lock records no owner (spinlocks, rwlocks), or it was
+    /// released before the waiter looked.
+    Unknown,
 }
 
 impl LockProfile {

@@ -4,13 +4,13 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use profiler_common::LockType;
+use profiler_common::{LockType, STACK_SKIPPED};
 use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
-        CallerProfile, LockProfile, Meta, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller, YieldPair,
-        YieldProfile,
+        CallerProfile, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait, Stats, TaskProfile,
+        YieldCaller, YieldPair, YieldProfile,
     },
     symbols::{
         Identities, Kallsyms, NoIdentities, Resolver, StackSource, frame_fn, lock_class, name_lock, rt_base,
@@ -18,7 +18,7 @@ use crate::{
     },
 };
 
-use super::aggregator::{LockAgg, LockKey, OVERFLOW_TID, Snapshot, YieldAgg};
+use super::aggregator::{BlameKey, LockAgg, LockKey, OVERFLOW_TID, Snapshot, YieldAgg};
 
 /// Frames shown in a yield caller's path.
 const YIELD_PATH_FRAMES: usize = 4;
@@ -78,6 +78,67 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
     YieldProfile { total: y.total.clone(), callers, pairs, rq_contention: rq }
 }
 
+/// The owners of a lock (blame), merged by owner and symbolized acquire
+/// stack, with an `unknown` row for the waits no owner was seen for, so the
+/// rows sum to the lock's waits. Empty for locks that record no owner and
+/// were never blamed.
+fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> Vec<OwnerProfile> {
+    if agg.blame.is_empty() && !key.lock_type.records_owner() {
+        return Vec::new();
+    }
+    let mut merged: BTreeMap<(u32, Vec<String>, String), OwnerProfile> = BTreeMap::new();
+    for (who, b) in &agg.blame {
+        let (caller, stack) = if who.stack_id == STACK_SKIPPED {
+            ("[acquired without a wait lockprof saw]".to_string(), Vec::new())
+        } else {
+            let rs = resolver.stack(who.stack_id);
+            (rs.caller.clone(), rs.frames.clone())
+        };
+        let kind = if who.owner_tid == 0 { OwnerKind::Readers } else { OwnerKind::Task };
+        let mut comm = comm_str(&b.comm);
+        if comm.is_empty() && kind == OwnerKind::Task && who != &BlameKey::OVERFLOW {
+            comm =
+                std::fs::read_to_string(format!("/proc/{}/comm", who.owner_tid)).unwrap_or_default().trim().to_string();
+        }
+        if who == &BlameKey::OVERFLOW {
+            comm = "[other owners: key limit reached]".into();
+        }
+        let o = merged.entry((who.owner_tid, stack.clone(), caller.clone())).or_insert_with(|| OwnerProfile {
+            kind,
+            tid: if kind == OwnerKind::Task { who.owner_tid } else { 0 },
+            pid: b.tgid,
+            comm,
+            caller,
+            stack,
+            waits: 0,
+            wait_caused_ns: 0,
+            wait_caused_max_ns: 0,
+        });
+        o.waits += b.waits;
+        o.wait_caused_ns = o.wait_caused_ns.saturating_add(b.wait_ns);
+        o.wait_caused_max_ns = o.wait_caused_max_ns.max(b.max_ns);
+    }
+    let mut out: Vec<OwnerProfile> = merged.into_values().collect();
+    let (waits, ns): (u64, u64) =
+        out.iter().fold((0, 0), |(w, n), o| (w + o.waits, n.saturating_add(o.wait_caused_ns)));
+    let (rest_waits, rest_ns) = (agg.wait.count().saturating_sub(waits), agg.wait.total_ns().saturating_sub(ns));
+    if rest_waits > 0 || rest_ns > 0 {
+        out.push(OwnerProfile {
+            kind: OwnerKind::Unknown,
+            tid: 0,
+            pid: 0,
+            comm: String::new(),
+            caller: "[owner unknown]".into(),
+            stack: Vec::new(),
+            waits: rest_waits,
+            wait_caused_ns: rest_ns,
+            wait_caused_max_ns: 0,
+        });
+    }
+    out.sort_by(|a, b| b.wait_caused_ns.cmp(&a.wait_caused_ns).then(a.tid.cmp(&b.tid)));
+    out
+}
+
 /// One lock's profile: callers symbolized and merged by stack, named.
 fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> LockProfile {
     // Callers with the same symbolized stack are merged.
@@ -122,6 +183,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
         slab: None,
         field: None,
         addresses: None,
+        owners: owners(key, agg, resolver),
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
@@ -304,6 +366,49 @@ ffffffff8226e870 T __lock_text_start
 ffffffff8226fb60 T queued_write_lock_slowpath
 ffffffff822702f1 T __lock_text_end
 ";
+
+    #[test]
+    fn owners_plus_unknown_sum_to_the_lock_and_merge_by_symbolized_stack() {
+        use profiler_common::{Owner, owner};
+        let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
+        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+            (1, vec![0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004]),
+            (2, vec![0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004]),
+        ]);
+        let mut agg = Aggregator::new(Limits::default());
+        let lock = 0xffff_8880_0000_1000;
+        let owned = |tid, stack_id| Owner { kind: owner::TASK, tid, tgid: 7, stack_id, task: 0, comm: [b'w'; 16] };
+        for (wait, o) in [
+            (1_000, owned(50, 1)),
+            (2_000, owned(50, 2)), // the same stack once symbolized
+            (4_000, owned(51, STACK_SKIPPED)),
+            (8_000, Owner { kind: owner::READERS, stack_id: STACK_SKIPPED, ..Owner::default() }),
+            (16_000, Owner::default()),
+        ] {
+            let mut e = ev(lock, lcb::MUTEX, wait, 100, 1);
+            e.owner = o;
+            agg.ingest(&e);
+        }
+        let p = to_profile(&agg.snapshot(), Resolver::new(Arc::new(ks), stacks), Meta::default());
+        let l = &p.locks[0];
+        let (waits, ns) = l.owners.iter().fold((0, 0), |(w, n), o| (w + o.waits, n + o.wait_caused_ns));
+        assert_eq!((waits, ns), (l.wait.count(), l.wait.total_ns()), "owners plus unknown are the lock's waits");
+        assert_eq!(l.owners[0].kind, OwnerKind::Unknown);
+        assert_eq!(l.owners[0].wait_caused_ns, 16_000);
+        assert_eq!(l.owners[1].kind, OwnerKind::Readers);
+        let w = l.owners.iter().find(|o| o.tid == 50).expect("owner 50");
+        assert_eq!((w.waits, w.wait_caused_ns, w.wait_caused_max_ns), (2, 3_000, 2_000), "stacks 1 and 2 merge");
+        assert_eq!(w.caller, "anon_pipe_write+0x10");
+        assert_eq!(w.comm, "wwwwwwwwwwwwwwww");
+        let u = l.owners.iter().find(|o| o.tid == 51).expect("owner 51");
+        assert!(u.stack.is_empty() && u.caller.starts_with("[acquired without"), "{u:?}");
+        // A spinlock records no owner: no owner rows at all.
+        let mut agg = Aggregator::new(Limits::default());
+        agg.ingest(&ev(0x1000, lcb::SPIN, 10, 1, 1));
+        let p =
+            to_profile(&agg.snapshot(), Resolver::new(Arc::new(Kallsyms::default()), HashMap::new()), Meta::default());
+        assert!(p.locks[0].owners.is_empty());
+    }
 
     #[test]
     fn profile_names_locks_and_merges_identical_stacks() {

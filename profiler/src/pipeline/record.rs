@@ -92,7 +92,7 @@ pub(crate) mod tests {
         let y = YieldEvent { kind: EVENT_YIELD, latency_ns: 5, tid: 3, ret: 1, ..Default::default() };
         assert_eq!(decode(&bytes_of(&y)), Ok(Record::Yield(y)));
         // Unaligned input decodes too.
-        let mut unaligned = [0u8; 65];
+        let mut unaligned = [0u8; std::mem::size_of::<ContentionEvent>() + 1];
         unaligned[1..].copy_from_slice(&bytes_of(&ev));
         assert_eq!(decode(&unaligned[1..]), Ok(Record::Wait(ev)));
     }
@@ -101,12 +101,18 @@ pub(crate) mod tests {
     fn wrong_tags_and_sizes_are_malformed() {
         let ev = ContentionEvent { kind: EVENT_CONTENTION, ..Default::default() };
         let b = bytes_of(&ev);
-        assert_eq!(decode(&b[..10]), Err(Malformed::Size { kind: EVENT_CONTENTION, len: 10, want: 64 }));
+        assert_eq!(
+            decode(&b[..10]),
+            Err(Malformed::Size { kind: EVENT_CONTENTION, len: 10, want: std::mem::size_of::<ContentionEvent>() })
+        );
         assert_eq!(decode(&[]), Err(Malformed::Short(0)));
         let bad = ContentionEvent { kind: 77, ..ev };
         assert_eq!(decode(&bytes_of(&bad)), Err(Malformed::UnknownKind(77)));
         // A yield-sized record tagged as a wait is refused, and vice versa.
         let y = YieldEvent { kind: EVENT_CONTENTION, ..Default::default() };
-        assert_eq!(decode(&bytes_of(&y)), Err(Malformed::Size { kind: EVENT_CONTENTION, len: 88, want: 64 }));
+        assert_eq!(
+            decode(&bytes_of(&y)),
+            Err(Malformed::Size { kind: EVENT_CONTENTION, len: 88, want: std::mem::size_of::<ContentionEvent>() })
+        );
     }
 }

@@ -77,6 +77,44 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                 rows.push(r);
             }
         }
+        By::Owner => {
+            rows.push(
+                [
+                    "lock",
+                    "addr",
+                    "type",
+                    "mode",
+                    "owner_kind",
+                    "owner_tid",
+                    "owner_pid",
+                    "owner_comm",
+                    "owner_caller",
+                    "owner_stack",
+                    "waits",
+                    "wait_caused_ns",
+                    "wait_caused_max_ns",
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+            for (l, o) in opts.query.owners(p) {
+                rows.push(vec![
+                    l.display_name().to_string(),
+                    format!("{:#x}", l.addr),
+                    type_name(l.lock_type).to_string(),
+                    mode_name(l.mode).to_string(),
+                    format!("{:?}", o.kind).to_lowercase(),
+                    o.tid.to_string(),
+                    o.pid.to_string(),
+                    o.comm.clone(),
+                    o.caller.clone(),
+                    o.stack.join(";"),
+                    o.waits.to_string(),
+                    o.wait_caused_ns.to_string(),
+                    o.wait_caused_max_ns.to_string(),
+                ]);
+            }
+        }
         By::Task => {
             let mut h: Vec<String> = ["tid", "pid", "comm"].map(String::from).to_vec();
             h.extend(STAT_HEADER.map(String::from));

@@ -130,6 +130,17 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                 "wait_p99_ns": l.wait.quantile_ns(0.99),
                 "hold_total_ns": ht, "hold_max_ns": hm, "hold_avg_ns": ha, "hold_p99_ns": hp,
                 "callers": callers,
+                "owners": l.owners.iter().map(|o| json!({
+                    "owner_kind": o.kind,
+                    "owner_comm": o.comm,
+                    "owner_tid": o.tid,
+                    "owner_pid": o.pid,
+                    "owner_caller": o.caller,
+                    "owner_stack": o.stack,
+                    "waits": o.waits,
+                    "wait_caused_ns": o.wait_caused_ns,
+                    "wait_caused_max_ns": o.wait_caused_max_ns,
+                })).collect::<Vec<Value>>(),
             })
         })
         .collect();
@@ -268,5 +279,33 @@ mod tests {
         let s = render_json(&Profile::default(), &ReportOptions::default());
         let v: Value = serde_json::from_str(&s).expect("valid json");
         assert_eq!(v["locks"].as_array().map(Vec::len), Some(0));
+    }
+
+    #[test]
+    fn owners_are_listed_under_their_lock() {
+        use crate::model::{OwnerKind, OwnerProfile};
+        let mut p = fixture::profile();
+        p.locks[1].owners = vec![OwnerProfile {
+            kind: OwnerKind::Task,
+            tid: 12,
+            pid: 10,
+            comm: "writer".into(),
+            caller: "anon_pipe_write+0x43".into(),
+            stack: vec!["anon_pipe_write+0x43".into(), "vfs_write+0x398".into()],
+            waits: 3,
+            wait_caused_ns: 3_000,
+            wait_caused_max_ns: 2_000,
+        }];
+        let v: Value = serde_json::from_str(&render_json(&p, &ReportOptions::default())).expect("json");
+        let o = &v["locks"][1]["owners"][0];
+        assert_eq!(o["owner_kind"], "task");
+        assert_eq!(o["owner_comm"], "writer");
+        assert_eq!(o["owner_tid"], 12);
+        assert_eq!(o["owner_stack"][1], "vfs_write+0x398");
+        assert_eq!(
+            (o["waits"].as_u64(), o["wait_caused_ns"].as_u64(), o["wait_caused_max_ns"].as_u64()),
+            (Some(3), Some(3_000), Some(2_000))
+        );
+        assert_eq!(v["locks"][0]["owners"].as_array().map(Vec::len), Some(0));
     }
 }

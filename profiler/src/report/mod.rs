@@ -50,6 +50,8 @@ pub enum By {
     Lock,
     /// One row per (lock, caller stack).
     Caller,
+    /// Blame: one row per (lock, owner): the waits each holder caused.
+    Owner,
     /// One row per waiting thread.
     Task,
     /// KVM directed yield: one row per `yield_to` caller stack.
@@ -60,13 +62,14 @@ pub enum By {
 
 impl By {
     /// Every grouping.
-    pub const ALL: [By; 5] = [By::Lock, By::Caller, By::Task, By::YieldCaller, By::YieldPair];
+    pub const ALL: [By; 6] = [By::Lock, By::Caller, By::Owner, By::Task, By::YieldCaller, By::YieldPair];
 
     /// Stable name.
     pub fn name(self) -> &'static str {
         match self {
             By::Lock => "lock",
             By::Caller => "caller",
+            By::Owner => "owner",
             By::Task => "task",
             By::YieldCaller => "yield_caller",
             By::YieldPair => "yield_pair",
@@ -199,6 +202,7 @@ pub(crate) mod fixture {
                     slab: None,
                     field: None,
                     addresses: None,
+                    owners: Vec::new(),
                     wait: stats(2, &all_tl),
                     hold: None,
                     callers: vec![
@@ -231,6 +235,7 @@ pub(crate) mod fixture {
                     slab: None,
                     field: None,
                     addresses: None,
+                    owners: Vec::new(),
                     wait: stats(LOCK_SIGFIG, &pipe),
                     hold: None,
                     callers: vec![CallerProfile {

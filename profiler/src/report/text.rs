@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{By, ReportOptions, fmt_ns};
-use crate::model::{LockProfile, NameSource, Profile, Stats, YieldProfile, YieldStats, type_label};
+use crate::model::{LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile, YieldStats, type_label};
 
 fn stat_cols(s: &Stats) -> String {
     format!(
@@ -237,6 +237,27 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
                     writeln!(out, "{}  {:<13} {}  [{}]", stat_cols(&c.wait), l.type_label(), c.caller, lock_title(l));
                 for f in &c.stack {
                     let _ = writeln!(out, "{:>72}{f}", "");
+                }
+            }
+        }
+        By::Owner => {
+            let _ = writeln!(out, "     waits  caused wait  max caused  owner / lock");
+            for (l, o) in opts.query.owners(p) {
+                let who = match o.kind {
+                    OwnerKind::Task => format!("{} ({}/{}) {}", o.comm, o.pid, o.tid, o.caller),
+                    OwnerKind::Readers => "readers".to_string(),
+                    OwnerKind::Unknown => "unknown (no owner recorded or seen)".to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{:>10}  {:>11}  {:>10}  {who}  [{}]",
+                    super::fmt_count(o.waits),
+                    fmt_ns(o.wait_caused_ns),
+                    fmt_ns(o.wait_caused_max_ns),
+                    lock_title(l)
+                );
+                for f in &o.stack {
+                    let _ = writeln!(out, "{:>40}{f}", "");
                 }
             }
         }

@@ -292,6 +292,7 @@ impl Session {
             let n = name.len().min(15);
             comm[..n].copy_from_slice(&name.as_bytes()[..n]);
             agg.ingest(&ContentionEvent {
+                owner: p.owner,
                 kind: EVENT_CONTENTION,
                 cpu: 0,
                 lock_addr: p.lock_addr,

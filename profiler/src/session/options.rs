@@ -95,6 +95,7 @@ impl SessionOptions {
         o.set_mode(Mode::Aggregate);
         o.set_stack_rate(defaults::STACK_RATE);
         o.load.config.outlier_ns = defaults::OUTLIER_US * 1_000;
+        o.load.config.owners = 1;
         o.limits.max_callers = defaults::MAX_CALLERS;
         o
     }

@@ -17,7 +17,7 @@ use super::{
     keys::BINDINGS,
 };
 use crate::{
-    model::{LockProfile, Stats, type_name},
+    model::{LockProfile, OwnerKind, Stats, type_name},
     query::SortKey,
     report::{fmt_count, fmt_ns},
 };
@@ -320,6 +320,24 @@ fn detail(app: &App, l: &LockProfile, area: Rect, buf: &mut Buffer) {
                 Style::new().fg(Color::Yellow),
             ),
             Span::raw(c.caller.clone()),
+        ]));
+    }
+    lines.push(Line::from(Span::styled("held by (wait caused):", Style::new().add_modifier(Modifier::BOLD))));
+    if l.owners.is_empty() {
+        lines.push(Line::from("  no owner recorded for this lock type"));
+    }
+    for o in l.owners.iter().take(4) {
+        let who = match o.kind {
+            OwnerKind::Task => format!("{} {} {}", o.comm, o.tid, o.caller),
+            OwnerKind::Readers => "readers".to_string(),
+            OwnerKind::Unknown => "unknown".to_string(),
+        };
+        lines.push(Line::from(vec![
+            Span::styled(
+                format!("{:>7} {:>9} ", fmt_count(o.waits), fmt_ns(o.wait_caused_ns)),
+                Style::new().fg(Color::Magenta),
+            ),
+            Span::raw(who),
         ]));
     }
     if let Some(top) = l.callers.first() {

@@ -1,7 +1,7 @@
 //! Checks of one recorded profile: each returns what it saw, or why it failed.
 
 use lockprof::{
-    model::{LockProfile, NameSource, Profile, mode_name},
+    model::{LockProfile, NameSource, OwnerKind, OwnerProfile, Profile, mode_name},
     symbols::TASKLIST_CALLERS,
 };
 use profiler_common::{LockMode, LockType};
@@ -185,4 +185,80 @@ pub fn pipe_identity(p: &Profile, slab_kfunc: bool) -> Check {
         .find(|n| n.starts_with("lock naming: slab caches"))
         .ok_or_else(|| format!("no note says why slab caches are not named: {:?}", p.meta.notes))?;
     Ok(format!("pipe mutex by caller class ({}); {why}", l.class))
+}
+
+/// Blame sums: every lock's owner rows (unknown included) add up to its waits.
+fn blame_sums(l: &LockProfile) -> Result<(), String> {
+    let waits: u64 = l.owners.iter().map(|o| o.waits).sum();
+    let ns: u64 = l.owners.iter().map(|o| o.wait_caused_ns).sum();
+    if (waits, ns) != (l.wait.count(), l.wait.total_ns()) {
+        return Err(format!(
+            "owners of {} sum to {waits} waits / {ns} ns, the lock has {} / {}",
+            l.display_name(),
+            l.wait.count(),
+            l.wait.total_ns()
+        ));
+    }
+    Ok(())
+}
+
+fn owner_frames(o: &OwnerProfile) -> Vec<String> {
+    std::iter::once(&o.caller).chain(&o.stack).map(|f| f.split('+').next().unwrap_or(f).to_string()).collect()
+}
+
+/// `mmap_lock` waits of page-fault readers blamed on the mmap/munmap writer
+/// loop (owners with a writer path in their acquire stack).
+pub fn mmap_blame(p: &Profile) -> Check {
+    const WRITERS: &[&str] = &["vm_mmap_pgoff", "__vm_munmap", "vm_munmap", "do_mprotect_pkey", "do_vmi_munmap"];
+    let locks: Vec<&LockProfile> = p.locks.iter().filter(|l| l.name.as_deref() == Some("mmap_lock")).collect();
+    if locks.is_empty() {
+        return Err(format!("no lock named mmap_lock among {:?}", classes(p)));
+    }
+    for l in &locks {
+        blame_sums(l)?;
+    }
+    let hit = locks.iter().find_map(|l| {
+        l.owners
+            .iter()
+            .find(|o| o.kind == OwnerKind::Task && owner_frames(o).iter().any(|f| WRITERS.contains(&f.as_str())))
+            .map(|o| (l, o))
+    });
+    let (l, o) = hit.ok_or_else(|| {
+        let seen: Vec<String> = locks
+            .iter()
+            .flat_map(|l| l.owners.iter().map(|o| format!("{:?} {} {}", o.kind, o.comm, o.caller)))
+            .collect();
+        format!("no mmap_lock waits blamed on a writer path: owners {seen:?}")
+    })?;
+    Ok(format!(
+        "{} waits ({} ns) on mmap_lock ({}) blamed on {} {} at {}",
+        o.waits,
+        o.wait_caused_ns,
+        mode_name(l.mode),
+        o.comm,
+        o.tid,
+        o.caller
+    ))
+}
+
+/// `tasklist_lock` waits blamed on its writers' paths (an rwlock has no
+/// owner field: the holder is tracked while release probes time its hold),
+/// the writers' acquire stacks through the fork/exit/setpgid paths.
+pub fn tasklist_blame(p: &Profile, kallsyms_has_it: bool) -> Check {
+    let w = tasklist_writer(p, kallsyms_has_it)?;
+    let tl: Vec<&LockProfile> = p.locks.iter().filter(|l| l.addr == w.addr).collect();
+    for l in &tl {
+        blame_sums(l)?;
+    }
+    let o = tl
+        .iter()
+        .flat_map(|l| &l.owners)
+        .filter(|o| o.kind == OwnerKind::Task)
+        .find(|o| owner_frames(o).iter().any(|f| TASKLIST_CALLERS.contains(&f.as_str())))
+        .ok_or_else(|| {
+            let seen: Vec<String> =
+                tl.iter().flat_map(|l| l.owners.iter().map(|o| format!("{:?} {}", o.kind, o.caller))).collect();
+            format!("no tasklist_lock wait blamed on a writer path: owners {seen:?}")
+        })?;
+    Ok(format!("{} waits ({} ns) blamed on {} {} at {}", o.waits, o.wait_caused_ns, o.comm, o.tid, o.caller))
 }

@@ -128,6 +128,11 @@ fn holds_missing(f: &Facts, release: &str) -> Option<String> {
     f.release_missing(release)
 }
 
+/// Owners need the kernel's BTF (the owner fields' offsets).
+fn btf_missing(f: &Facts) -> Option<String> {
+    (!f.btf).then(|| "the kernel has no BTF: lock owner fields cannot be found".to_string())
+}
+
 fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
     let b = backend.name();
     let missing = backend_missing(f, backend);
@@ -169,6 +174,14 @@ fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
         trial(format!("{b}::mmap_lock"), skip(family(Family::Rwsem)), move || {
             checks::mmap_lock(&*recorded(backend, Workload::Mmap)?)
         }),
+        trial(format!("{b}::mmap_lock_blame"), skip(family(Family::Rwsem).or(btf_missing(f))), move || {
+            checks::mmap_blame(&*recorded(backend, Workload::Mmap)?)
+        }),
+        trial(
+            format!("{b}::tasklist_lock_blame"),
+            skip(family(Family::Rwlock).or(holds_missing(f, f.rwlock_write_release()))),
+            move || checks::tasklist_blame(&*recorded(backend, Workload::Pgrp)?, tasklist_in_kallsyms),
+        ),
     ]
 }
 

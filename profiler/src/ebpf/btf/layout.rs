@@ -54,6 +54,12 @@ pub fn layout(t: &Types<'_>) -> Layout {
         cache_object_size: first(t, "kmem_cache", &["object_size"]),
         cache_oo: first(t, "kmem_cache", &["oo"]),
         cache_red_left_pad: first(t, "kmem_cache", &["red_left_pad"]),
+        rwsem_owner: first(t, "rw_semaphore", &["owner"]),
+        rwsem_count: first(t, "rw_semaphore", &["count"]),
+        rtmutex_owner: first(t, "rt_mutex_base", &["owner"]),
+        btf_mutex: t.struct_id("mutex"),
+        btf_rwsem: t.struct_id("rw_semaphore"),
+        btf_task: t.struct_id("task_struct"),
         _pad: 0,
     }
 }

@@ -196,6 +196,15 @@ impl<'a> Types<'a> {
             .map(|i| i as u32)
     }
 
+    /// The type id of `struct name` (0 when absent, as `bpf_rdonly_cast`
+    /// callers treat it).
+    pub fn struct_id(&self, name: &str) -> u32 {
+        self.types
+            .iter()
+            .position(|t| matches!(t, Ty::Composite { name_off, .. } if self.name(*name_off) == name.as_bytes()))
+            .map_or(0, |i| i as u32)
+    }
+
     /// Whether the BTF has a struct called `name`.
     pub fn has_struct(&self, name: &str) -> bool {
         self.composite(name).is_ok()
@@ -390,6 +399,9 @@ mod tests {
         assert_eq!(t.struct_size("zone"), Ok(64));
         assert_eq!(t.array_len("node", "node_zones"), Ok(4));
         assert!(t.has_struct("sched_entity") && !t.has_struct("mm_struct"));
+        let id = t.struct_id("zone");
+        assert!(matches!(&t.types[id as usize], Ty::Composite { size: 64, .. }));
+        assert_eq!(t.struct_id("mm_struct"), 0);
     }
 
     #[test]

@@ -8,13 +8,15 @@ mod tables;
 
 use std::sync::Arc;
 
-use profiler_common::{AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, YieldEvent, hist_bucket_low};
+use profiler_common::{
+    AGG_BLAME, AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, YieldEvent, hist_bucket_low, owner,
+};
 use rustc_hash::FxHashMap;
 
 pub use run::{Control, Handle, Msg, spawn};
 pub use tables::{
-    KernelStatus, Limits, LockAgg, LockKey, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot, TaskAgg, YieldAgg,
-    YieldPairAgg, YieldPairKey, capped,
+    BlameAgg, BlameKey, KernelStatus, Limits, LockAgg, LockKey, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot,
+    TaskAgg, YieldAgg, YieldPairAgg, YieldPairKey, capped,
 };
 
 use super::record::Record;
@@ -37,6 +39,7 @@ fn lock_row<'a>(
             callers: FxHashMap::default(),
             hold: None,
             hold_callers: FxHashMap::default(),
+            blame: FxHashMap::default(),
         })
     });
     (Arc::make_mut(row), overflow)
@@ -95,6 +98,26 @@ impl Aggregator {
         self.note_slow(ev);
         let who = Waiter { stack_id: ev.stack_id, tid: ev.tid, tgid: ev.tgid, comm: &ev.comm };
         self.fold(LockKey::of(ev), &who, 1, |s| s.record(ev.wait_ns));
+        let o = &ev.owner;
+        if o.kind != owner::UNKNOWN {
+            let tid = if o.kind == owner::TASK { o.tid } else { 0 };
+            let b = BlameAgg { tgid: o.tgid, comm: o.comm, waits: 1, wait_ns: ev.wait_ns, max_ns: ev.wait_ns };
+            self.fold_blame(LockKey::of(ev), BlameKey { owner_tid: tid, stack_id: o.stack_id }, &b);
+        }
+    }
+
+    /// Adds waits an owner caused to the lock's blame.
+    fn fold_blame(&mut self, key: LockKey, who: BlameKey, add: &BlameAgg) {
+        let cap = self.limits.max_callers;
+        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, key);
+        let (who, _) = capped(&lock.blame, who, cap, BlameKey::OVERFLOW);
+        let b = lock.blame.entry(who).or_default();
+        if b.waits == 0 {
+            (b.tgid, b.comm) = (add.tgid, add.comm);
+        }
+        b.waits += add.waits;
+        b.wait_ns = b.wait_ns.saturating_add(add.wait_ns);
+        b.max_ns = b.max_ns.max(add.max_ns);
     }
 
     /// Adds one `yield_to` call.
@@ -134,6 +157,13 @@ impl Aggregator {
                 (hist_bucket_low(i), hi, u64::from(v.hist[i]))
             })
         };
+        if key.flags & AGG_BLAME != 0 {
+            let lock = LockKey::new(key.lock_addr, key.flags & !AGG_BLAME);
+            let who = BlameKey { owner_tid: key.tid, stack_id: key.stack_id };
+            let b = BlameAgg { tgid: key.tgid, comm: v.comm, waits: v.count, wait_ns: v.total_ns, max_ns: v.max_ns };
+            self.fold_blame(lock, who, &b);
+            return;
+        }
         let add = |s: &mut Stats| s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets());
         if key.flags & AGG_HOLD != 0 {
             self.fold_hold(LockKey::new(key.lock_addr, key.flags & !AGG_HOLD), key.stack_id, add);

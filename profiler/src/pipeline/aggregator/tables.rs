@@ -70,6 +70,38 @@ pub struct LockAgg {
     pub hold: Option<Stats>,
     /// Hold times per acquirer stack id.
     pub hold_callers: FxHashMap<i32, Arc<Stats>>,
+    /// Waits charged to the owner that made them wait.
+    pub blame: FxHashMap<BlameKey, BlameAgg>,
+}
+
+/// Who a wait is blamed on: the owner thread (0: readers) and the stack it
+/// acquired the lock with ([`BlameKey::OVERFLOW`] past the cap).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlameKey {
+    /// Owner thread id, 0 for readers.
+    pub owner_tid: u32,
+    /// Owner's acquire stack id.
+    pub stack_id: i32,
+}
+
+impl BlameKey {
+    /// The row of owners past the per-lock cap.
+    pub const OVERFLOW: BlameKey = BlameKey { owner_tid: OVERFLOW_TID, stack_id: crate::symbols::OVERFLOW_STACK };
+}
+
+/// Waits one owner caused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlameAgg {
+    /// Owner process id.
+    pub tgid: u32,
+    /// Owner comm (NUL padded).
+    pub comm: [u8; 16],
+    /// Waits it caused.
+    pub waits: u64,
+    /// Their total.
+    pub wait_ns: u64,
+    /// The longest.
+    pub max_ns: u64,
 }
 
 /// Statistics of one thread.

@@ -22,6 +22,7 @@ pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: i32) -
         stack_id,
         kind: EVENT_CONTENTION,
         comm,
+        owner: profiler_common::Owner::default(),
     }
 }
 
@@ -251,4 +252,41 @@ fn snapshots_share_unchanged_rows_and_keep_their_values() {
     assert!(Arc::ptr_eq(&first.locks[&k200], &second.locks[&k200]), "an unchanged row is shared, not copied");
     assert!(!Arc::ptr_eq(&first.locks[&k100], &second.locks[&k100]));
     assert_eq!(second.generation, first.generation + 1);
+}
+
+#[test]
+fn blame_from_streams_and_aggregates_sums_per_owner() {
+    use profiler_common::{AGG_BLAME, Owner, owner};
+    let mut a = Aggregator::new(Limits::default());
+    let task = |tid, stack_id| Owner {
+        kind: owner::TASK,
+        tid,
+        tgid: 100,
+        stack_id,
+        task: 0,
+        comm: *b"writer\0\0\0\0\0\0\0\0\0\0",
+    };
+    let mut e = ev(0x700, lcb::MUTEX, 1_000, 1, 3);
+    e.owner = task(42, 9);
+    a.ingest(&e);
+    e.wait_ns = 3_000;
+    a.ingest(&e);
+    let mut readers = ev(0x700, lcb::MUTEX, 500, 2, 3);
+    readers.owner =
+        Owner { kind: owner::READERS, tid: 3, stack_id: profiler_common::STACK_SKIPPED, ..Owner::default() };
+    a.ingest(&readers);
+    a.ingest(&ev(0x700, lcb::MUTEX, 250, 2, 3)); // owner unknown
+    // An in-kernel blame aggregate of the same owner and stack.
+    let key = AggKey { lock_addr: 0x700, tid: 42, tgid: 100, flags: lcb::MUTEX | AGG_BLAME, stack_id: 9 };
+    let v = AggVal { count: 2, total_ns: 6_000, min_ns: 2_000, max_ns: 4_000, ..AggVal::default() };
+    a.ingest_agg(&key, &v);
+    let s = a.snapshot();
+    assert_eq!(s.events, 4, "blame aggregates are not contentions");
+    let lock = s.locks.values().next().expect("lock");
+    let w = &lock.blame[&BlameKey { owner_tid: 42, stack_id: 9 }];
+    assert_eq!((w.waits, w.wait_ns, w.max_ns, w.tgid), (4, 10_000, 4_000, 100));
+    assert_eq!(&w.comm[..6], b"writer");
+    let r = &lock.blame[&BlameKey { owner_tid: 0, stack_id: profiler_common::STACK_SKIPPED }];
+    assert_eq!((r.waits, r.wait_ns), (1, 500), "readers are blamed under tid 0");
+    assert_eq!(lock.blame.len(), 2, "the unknown owner is not a blame row");
 }

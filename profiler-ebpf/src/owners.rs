@@ -1,0 +1,156 @@
+//! Who holds a lock when a wait on it begins: the owner task recorded in
+//! mutexes (`mutex.owner`), rwsems (`rw_semaphore.owner`, or readers) and
+//! PREEMPT_RT's rt_mutex-based locks, flag bits masked; and the stack that
+//! owner acquired the lock with, when it acquired it after a wait (the
+//! `ACQUIRED` array, written at every contended acquisition). Reads go
+//! through `bpf_rdonly_cast` (plain fault-safe loads) where the kernel has
+//! it, else `bpf_probe_read_kernel`.
+
+use aya_ebpf::helpers::bpf_probe_read_kernel;
+use profiler_common::{
+    Acquired, Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, LockType, Owner, STACK_SKIPPED,
+    acquired_index, known, owner,
+};
+
+use crate::maps::{ACQUIRED, HOLD_ON, HOLDERS};
+
+/// Flag bits of `mutex.owner`.
+const MUTEX_FLAGS: u64 = 0x07;
+/// `rw_semaphore.owner`: readers hold it.
+const RWSEM_READER_OWNED: u64 = 1;
+/// Flag bits of `rw_semaphore.owner`.
+const RWSEM_FLAGS: u64 = 0x07;
+/// `rw_semaphore.count`: readers are counted from this bit up.
+const RWSEM_READER_SHIFT: u64 = 8;
+/// `rt_mutex_base.owner`: waiters are queued.
+const RT_MUTEX_HAS_WAITERS: u64 = 1;
+
+/// `obj` as a pointer to a BTF type `btf_id` the verifier knows (loads
+/// through it cannot fault), or 0 when the kfunc is unbound.
+#[inline(always)]
+fn rdonly(cfg: &Config, obj: u64, btf_id: u32) -> u64 {
+    if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 || btf_id == 0 || obj == 0 {
+        return 0;
+    }
+    // SAFETY: the placeholder is rewritten into a call of the kernel's
+    // `bpf_rdonly_cast(void *obj, u32 btf_id)` before loading, and the
+    // `kfuncs` bit (a load-time constant) is set only then.
+    let cast: unsafe extern "C" fn(u64, u32) -> u64 = unsafe { core::mem::transmute(KFUNC_CALL_RDONLY_CAST as usize) };
+    // SAFETY: takes any address; `btf_id` is a load-time constant.
+    unsafe { cast(obj, btf_id) }
+}
+
+/// The `T` at `obj + off` (an object of BTF type `btf_id`); 0 on failure.
+#[inline(always)]
+fn load<T: Copy + Default>(cfg: &Config, obj: u64, off: u32, btf_id: u32) -> T {
+    if obj == 0 || !known(off) {
+        return T::default();
+    }
+    let typed = rdonly(cfg, obj, btf_id);
+    if typed != 0 {
+        // SAFETY: a BTF-typed pointer from bpf_rdonly_cast: the verifier
+        // checks the member at this load-time constant offset and turns the
+        // load into a fault-safe one.
+        return unsafe { core::ptr::read_volatile((typed as *const u8).wrapping_add(off as usize) as *const T) };
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address.
+    unsafe { bpf_probe_read_kernel((obj + u64::from(off)) as *const T) }.unwrap_or_default()
+}
+
+/// The owner word's offset, the BTF type of the lock, the flag bits.
+#[inline(always)]
+fn owner_word(cfg: &Config, flags: u32) -> Option<(u32, u32, u64)> {
+    let l = &cfg.layout;
+    match LockType::from_flags(flags) {
+        LockType::Mutex => Some((l.mutex_owner, l.btf_mutex, MUTEX_FLAGS)),
+        LockType::Rwsem => Some((l.rwsem_owner, l.btf_rwsem, RWSEM_FLAGS)),
+        // PREEMPT_RT's mutex and spinlock_t start with their rt_mutex_base.
+        LockType::RtMutex => Some((l.rtmutex_owner, 0, RT_MUTEX_HAS_WAITERS)),
+        _ => None,
+    }
+}
+
+/// The holder of a lock with no owner field (rwlock writers, spinlocks),
+/// known while release probes time its hold.
+#[inline(always)]
+fn tracked_holder(lock: u64) -> Option<Owner> {
+    // SAFETY: plain value copied out of a live entry.
+    let h = unsafe { HOLDERS.get(lock) }.copied()?;
+    Some(Owner { kind: owner::TASK, tid: h.tid, tgid: h.tgid, stack_id: h.stack_id, task: 0, comm: [0; 16] })
+}
+
+/// Who holds `lock` (waited on with `flags`) now.
+#[inline(always)]
+pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
+    let mut o = Owner { stack_id: STACK_SKIPPED, ..Owner::default() };
+    if cfg.owners == 0 {
+        return o;
+    }
+    let Some((off, btf, mask)) = owner_word(cfg, flags) else {
+        if HOLD_ON.get(0).is_some_and(|v| *v != 0)
+            && let Some(h) = tracked_holder(lock)
+        {
+            return h;
+        }
+        return o;
+    };
+    let word: u64 = load(cfg, lock, off, btf);
+    if LockType::from_flags(flags) == LockType::Rwsem && word & RWSEM_READER_OWNED != 0 {
+        o.kind = owner::READERS;
+        let count: u64 = load(cfg, lock, cfg.layout.rwsem_count, btf);
+        o.tid = (count >> RWSEM_READER_SHIFT) as u32;
+        return o;
+    }
+    let task = word & !mask;
+    if task == 0 || cfg.task.pid == 0 {
+        return o;
+    }
+    let t = &cfg.task;
+    o.kind = owner::TASK;
+    o.task = task;
+    o.tid = load(cfg, task, t.pid, cfg.layout.btf_task);
+    o.tgid = load(cfg, task, t.tgid, cfg.layout.btf_task);
+    if let Some(a) = ACQUIRED.get(acquired_index(lock))
+        && a.lock_addr == lock
+        && a.tid == o.tid
+    {
+        o.stack_id = a.stack_id;
+    }
+    o
+}
+
+/// The owner's `comm` (read when a record or a blame aggregate needs it).
+#[inline(always)]
+pub fn owner_comm(cfg: &Config, o: &Owner) -> [u8; 16] {
+    if o.kind != owner::TASK || cfg.task.comm == 0 {
+        return [0; 16];
+    }
+    load(cfg, o.task, cfg.task.comm, cfg.layout.btf_task)
+}
+
+/// Thread `tid` of `tgid` holds `lock` (no owner field) from now until its
+/// release probe runs.
+#[inline(always)]
+pub fn note_holder(lock: u64, tid: u32, tgid: u32, stack_id: i32) {
+    let _ = HOLDERS.insert(lock, Holder { tid, tgid, stack_id, _pad: 0 }, 0);
+}
+
+/// Thread `tid` released `lock`.
+#[inline(always)]
+pub fn forget_holder(lock: u64, tid: u32) {
+    // SAFETY: plain value copied out of a live entry.
+    if unsafe { HOLDERS.get(lock) }.is_some_and(|h| h.tid == tid) {
+        let _ = HOLDERS.remove(lock);
+    }
+}
+
+/// Thread `tid` acquired `lock` after a wait whose stack is `stack_id`.
+#[inline(always)]
+pub fn note_acquired(lock: u64, tid: u32, stack_id: i32) {
+    if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) {
+        // SAFETY: a slot of a global array, valid for the map's lifetime.
+        // Concurrent writers of one slot can tear the entry; readers check
+        // both the lock and the thread, so a torn entry only loses a stack.
+        unsafe { *slot = Acquired { lock_addr: lock, tid, stack_id } };
+    }
+}
