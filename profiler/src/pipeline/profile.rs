@@ -145,6 +145,8 @@ impl<S: StackSource> ProfileBuilder<S> {
             ("lock_keys_overflow", snap.overflow.locks),
             ("caller_keys_overflow", snap.overflow.callers),
             ("task_keys_overflow", snap.overflow.tasks),
+            ("lock_rows_aged", snap.overflow.aged_locks),
+            ("task_rows_aged", snap.overflow.aged_tasks),
         ] {
             meta.drops.insert(name.to_string(), n);
         }

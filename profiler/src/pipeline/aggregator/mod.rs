@@ -29,6 +29,7 @@ fn lock_row<'a>(
     locks: &'a mut FxHashMap<LockKey, Arc<LockAgg>>,
     limits: &Limits,
     key: LockKey,
+    tick: u64,
 ) -> (&'a mut LockAgg, bool) {
     let (key, overflow) = capped(locks, key, limits.max_locks, LockKey::OVERFLOW);
     let row = locks.entry(key).or_insert_with(|| {
@@ -37,9 +38,12 @@ fn lock_row<'a>(
             callers: FxHashMap::default(),
             hold: None,
             hold_callers: FxHashMap::default(),
+            touched: tick,
         })
     });
-    (Arc::make_mut(row), overflow)
+    let row = Arc::make_mut(row);
+    row.touched = tick;
+    (row, overflow)
 }
 
 /// The caller slot of `stack_id` in `lock`, created empty if new, or the
@@ -72,12 +76,14 @@ pub struct Aggregator {
     state: Snapshot,
     limits: Limits,
     callers: usize,
+    /// Publish intervals so far (rows note the last one that updated them).
+    tick: u64,
 }
 
 impl Aggregator {
     /// An empty aggregator with the given key limits.
     pub fn new(limits: Limits) -> Self {
-        Aggregator { state: Snapshot::default(), limits, callers: 0 }
+        Aggregator { state: Snapshot::default(), limits, callers: 0, tick: 0 }
     }
 
     /// Folds one record.
@@ -145,7 +151,7 @@ impl Aggregator {
     /// can arrive before its wait (drained every interval), so the lock and
     /// caller rows are created here when missing, with no waits yet.
     fn ingest_hold(&mut self, ev: &ContentionEvent) {
-        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, LockKey::of(ev));
+        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, LockKey::of(ev), self.tick);
         lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)).record(ev.wait_ns);
         let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, ev.stack_id);
         let h = lock.hold_callers.entry(sid).or_insert_with(|| Arc::new(Stats::new(DETAIL_SIGFIG)));
@@ -171,7 +177,7 @@ impl Aggregator {
         let st = &mut self.state;
         st.events += n;
 
-        let (lock, lock_overflow) = lock_row(&mut st.locks, &self.limits, key);
+        let (lock, lock_overflow) = lock_row(&mut st.locks, &self.limits, key, self.tick);
         if lock_overflow {
             st.overflow.locks += n;
         }
@@ -193,9 +199,35 @@ impl Aggregator {
                 tgid: if tid == OVERFLOW_TID { 0 } else { tgid },
                 comm: if tid == OVERFLOW_TID { *b"[other tasks]\0\0\0" } else { *comm },
                 wait: Stats::new(DETAIL_SIGFIG),
+                touched: self.tick,
             })
         });
-        add(&mut Arc::make_mut(task).wait);
+        let task = Arc::make_mut(task);
+        task.touched = self.tick;
+        add(&mut task.wait);
+    }
+
+    /// Ends a publish interval: with `Limits::max_idle`, drops the lock and
+    /// task rows that no wait updated for that many intervals (counted in
+    /// `Overflow::aged_*`; their waits stay in `events`).
+    pub fn age(&mut self) {
+        self.tick += 1;
+        let Some(idle) = self.limits.max_idle else { return };
+        let Some(oldest) = self.tick.checked_sub(idle) else { return };
+        let st = &mut self.state;
+        let before = (st.locks.len(), st.tasks.len());
+        let mut callers = 0;
+        st.locks.retain(|_, l| {
+            let keep = l.touched >= oldest;
+            if !keep {
+                callers += l.callers.len();
+            }
+            keep
+        });
+        st.tasks.retain(|_, t| t.touched >= oldest);
+        self.callers = self.callers.saturating_sub(callers);
+        st.overflow.aged_locks += (before.0 - st.locks.len()) as u64;
+        st.overflow.aged_tasks += (before.1 - st.tasks.len()) as u64;
     }
 
     /// Records what the kernel side reported.
@@ -220,6 +252,11 @@ impl Aggregator {
         let (generation, kernel) = (self.state.generation, self.state.kernel);
         self.state = Snapshot { generation, kernel, ..Snapshot::default() };
         self.callers = 0;
+    }
+
+    /// Distinct (lock, stack) slots in use (bounded by `Limits::max_callers`).
+    pub fn callers(&self) -> usize {
+        self.callers
     }
 
     /// Events ingested since the last reset.

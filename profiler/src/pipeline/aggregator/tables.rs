@@ -51,11 +51,15 @@ pub struct Limits {
     pub max_callers: usize,
     /// Distinct threads.
     pub max_tasks: usize,
+    /// Drop lock and task rows not updated for this many publish intervals
+    /// (a daemon's tables then follow the live locks and threads instead of
+    /// filling up with exited ones); None: keep every row.
+    pub max_idle: Option<u64>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000 }
+        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000, max_idle: None }
     }
 }
 
@@ -70,6 +74,8 @@ pub struct LockAgg {
     pub hold: Option<Stats>,
     /// Hold times per acquirer stack id.
     pub hold_callers: FxHashMap<i32, Arc<Stats>>,
+    /// Publish interval of the last update (for ageing).
+    pub touched: u64,
 }
 
 /// Statistics of one thread.
@@ -81,6 +87,8 @@ pub struct TaskAgg {
     pub comm: [u8; 16],
     /// Waits over all locks.
     pub wait: Stats,
+    /// Publish interval of the last update (for ageing).
+    pub touched: u64,
 }
 
 /// Events folded into overflow rows because a key limit was reached.
@@ -92,6 +100,10 @@ pub struct Overflow {
     pub callers: u64,
     /// Events whose thread did not fit.
     pub tasks: u64,
+    /// Lock rows dropped after `Limits::max_idle` intervals without waits.
+    pub aged_locks: u64,
+    /// Task rows dropped after `Limits::max_idle` intervals without waits.
+    pub aged_tasks: u64,
 }
 
 /// A yielding thread and the task it yielded to.
