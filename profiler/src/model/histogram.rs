@@ -68,6 +68,7 @@ impl SparseHistogram {
     }
 
     /// Current resolution (sub-bucket bits).
+    #[cfg(test)]
     pub fn sub_bits(&self) -> u8 {
         self.sub_bits
     }

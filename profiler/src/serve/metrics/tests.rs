@@ -1,0 +1,2 @@
+//! Exporter tests.
+use super::*;

@@ -1,0 +1,2 @@
+//! Serve option and metric tests.
+use super::*;

@@ -1,0 +1,2 @@
+//! Window tests.
+use super::*;
