@@ -107,7 +107,7 @@ impl Window {
 
     /// Records what `p` added since the previous profile, at `now`.
     pub fn update(&mut self, p: &Profile, now: Instant) {
-        while self.slots.front().is_some_and(|s| now.saturating_duration_since(s.at) > self.length) {
+        while self.slots.front().is_some_and(|s| now.saturating_duration_since(s.at) >= self.length) {
             if let Some(s) = self.slots.pop_front() {
                 self.entries -= s.entries.len();
             }
