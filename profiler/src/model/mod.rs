@@ -8,6 +8,6 @@ mod stats;
 mod yields;
 
 pub use kind::{mode_name, parse_type, type_label, type_name};
-pub use profile::{CallerProfile, LockProfile, Meta, NameSource, Profile, SlowWait, TaskProfile};
+pub use profile::{CallerProfile, Callers, Frames, LockProfile, Meta, NameSource, Profile, SlowWait, TaskProfile};
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};
 pub use yields::{RqContention, YieldCaller, YieldPair, YieldProfile, YieldStats};

@@ -9,8 +9,8 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
-        CallerProfile, LockProfile, Meta, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller, YieldPair,
-        YieldProfile,
+        CallerProfile, Frames, LockProfile, Meta, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller,
+        YieldPair, YieldProfile,
     },
     symbols::{Resolver, StackSource, frame_fn, name_lock, rt_base, yield_caller_index},
 };
@@ -24,7 +24,7 @@ const YIELD_PATH_FRAMES: usize = 4;
 /// pairs named, and the run-queue lock waits whose stacks pass through
 /// `yield_to` (tracepoint backends see `double_rq_lock` contention).
 fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks: &[LockProfile]) -> YieldProfile {
-    let mut by_stack: BTreeMap<Vec<String>, YieldCaller> = BTreeMap::new();
+    let mut by_stack: BTreeMap<Frames, YieldCaller> = BTreeMap::new();
     for (sid, stats) in &y.callers {
         let rs = resolver.stack(*sid);
         let (caller, path) = match yield_caller_index(&rs.frames) {
@@ -37,7 +37,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
         by_stack.entry(rs.group_key()).and_modify(|c| c.stats.merge(stats)).or_insert_with(|| YieldCaller {
             caller,
             path,
-            stack: rs.frames.clone(),
+            stack: rs.frames.to_vec(),
             stats: stats.clone(),
         });
     }
@@ -78,7 +78,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
 /// One lock's profile: callers symbolized and merged by stack, named.
 fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> LockProfile {
     // Callers with the same symbolized stack are merged.
-    let mut by_stack: BTreeMap<Vec<String>, CallerProfile> = BTreeMap::new();
+    let mut by_stack: BTreeMap<Frames, CallerProfile> = BTreeMap::new();
     let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
     for (sid, stats) in &agg.callers {
         let rs = resolver.stack(*sid);
@@ -120,7 +120,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
-        callers,
+        callers: callers.into(),
     }
 }
 
@@ -196,7 +196,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                     tgid: ev.tgid,
                     comm: comm_str(&ev.comm),
                     caller: rs.caller.clone(),
-                    stack: rs.frames.clone(),
+                    stack: rs.frames.to_vec(),
                 }
             })
             .collect();
@@ -282,7 +282,7 @@ ffffffff822702f1 T __lock_text_end
         assert_eq!(pipe.class, "mutex @ anon_pipe_write");
         assert_eq!(pipe.callers.len(), 1, "stacks 1 and 2 are identical once symbolized");
         assert_eq!(pipe.callers[0].wait.count(), 2);
-        assert_eq!(pipe.callers[0].stack, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
+        assert_eq!(*pipe.callers[0].stack, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
         assert_eq!(p.tasks.len(), 4);
         assert_eq!(p.tasks[0].comm, "task102");
         assert_eq!(p.meta.drops["lock_keys_overflow"], 0);

@@ -5,8 +5,11 @@ use profiler_common::{LockMode, LockType};
 use super::*;
 use crate::model::{CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Stats};
 
-/// A profile of `locks`: (addr, [(stack leaf, waits of that caller)]).
-pub(crate) fn profile(locks: &[(u64, &[(&str, &[u64])])]) -> Profile {
+/// Callers of a test lock: (stack leaf, waits of that caller).
+pub(crate) type TestCallers<'a> = &'a [(&'a str, &'a [u64])];
+
+/// A profile of `locks`: (addr, callers).
+pub(crate) fn profile(locks: &[(u64, TestCallers<'_>)]) -> Profile {
     let mut p = Profile::default();
     p.meta.backend = "tp_btf".into();
     p.meta.mode = "aggregate".into();
@@ -22,7 +25,7 @@ pub(crate) fn profile(locks: &[(u64, &[(&str, &[u64])])]) -> Profile {
             }
             cs.push(CallerProfile {
                 caller: format!("{leaf}+0x10"),
-                stack: vec!["__mutex_lock+0x1".into(), format!("{leaf}+0x10")],
+                stack: vec!["__mutex_lock+0x1".to_string(), format!("{leaf}+0x10")].into(),
                 wait: s,
                 hold: None,
             });
@@ -38,7 +41,7 @@ pub(crate) fn profile(locks: &[(u64, &[(&str, &[u64])])]) -> Profile {
             rt_base: None,
             wait,
             hold: None,
-            callers: cs,
+            callers: cs.into(),
         });
     }
     p

@@ -128,11 +128,13 @@ impl Window {
                 _ => (lock_info(l), HashMap::new()),
             };
             let mut callers = HashMap::with_capacity(l.callers.len());
-            for c in &l.callers {
+            for c in l.callers.iter() {
                 let frames = caller_frames(c);
                 let now_v = caller_values(c);
                 let (key, d) = match before.remove_entry(frames) {
                     Some((k, was)) => (k, now_v.since(&was)),
+                    // Shares the profile's frames (and so the symbol cache's).
+                    None if !c.stack.is_empty() => (c.stack.clone(), now_v),
                     None => (Arc::from(frames), now_v),
                 };
                 if !d.is_zero() {
