@@ -57,6 +57,9 @@ enum Cmd {
         /// Only the rotation (written to target/bench.md, BENCHMARKS.md untouched).
         #[arg(long)]
         rotation_only: bool,
+        /// Seconds of the lockprof serve soak under pipe + fork/exit storms (0: skip it).
+        #[arg(long, default_value_t = 600)]
+        soak_secs: u64,
     },
     /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
@@ -127,7 +130,7 @@ fn main() -> Result<()> {
         Cmd::VmTest { kernel, matrix, timeout } => {
             vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout) })
         }
-        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only } => {
+        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only, soak_secs } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
             }
@@ -143,7 +146,15 @@ fn main() -> Result<()> {
                 "--bin",
                 "lockprof-bench",
             ]))?;
-            bench::run(&bench::Opts { rounds: rounds.max(1), duration, threads, workloads, variants, rotation_only })
+            bench::run(&bench::Opts {
+                rounds: rounds.max(1),
+                duration,
+                threads,
+                workloads,
+                variants,
+                rotation_only,
+                soak_secs,
+            })
         }
     }
 }

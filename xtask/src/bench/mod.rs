@@ -10,6 +10,7 @@
 mod extras;
 mod markdown;
 mod runs;
+mod soak;
 
 use anyhow::{Context as _, Result};
 
@@ -32,6 +33,8 @@ pub struct Opts {
     pub variants: Vec<String>,
     /// Skip the per-program costs, userspace and attach measurements.
     pub rotation_only: bool,
+    /// Seconds of the `lockprof serve` soak (0: none).
+    pub soak_secs: u64,
 }
 
 /// The tracers of the rotation.
@@ -105,6 +108,9 @@ pub fn run(o: &Opts) -> Result<()> {
             rss10k: extras::bench_json(&["pipeline", "--events", "1000000", "--stacks", "10000"])?,
             rss100k: extras::bench_json(&["pipeline", "--events", "2000000", "--stacks", "100000"])?,
             attach: extras::bench_json(&["attach", "--rounds", "5"])?,
+            serve100k: extras::bench_json(&["serve-memory", "--keys", "100000"])?,
+            serve100k_all: extras::bench_json(&["serve-memory", "--keys", "100000", "--max-callers", "100010"])?,
+            soak: if o.soak_secs > 0 { Some(soak::serve_soak(o.soak_secs, 2)?) } else { None },
         })
     };
     let md = markdown::render(&facts, o, &results, extras.as_ref());
