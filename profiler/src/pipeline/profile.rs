@@ -147,6 +147,7 @@ impl<S: StackSource> ProfileBuilder<S> {
             ("task_keys_overflow", snap.overflow.tasks),
             ("lock_rows_aged", snap.overflow.aged_locks),
             ("task_rows_aged", snap.overflow.aged_tasks),
+            ("caller_rows_aged", snap.overflow.aged_callers),
         ] {
             meta.drops.insert(name.to_string(), n);
         }
@@ -204,6 +205,15 @@ impl<S: StackSource> ProfileBuilder<S> {
         let yield_to = (meta.yield_backend.is_some() || snap.yields.total.calls() > 0)
             .then(|| yield_profile(&snap.yields, &mut self.resolver, &locks));
         meta.drops.insert("yield_keys_overflow".to_string(), snap.yields.overflow);
+        if snap.overflow.aged_callers > 0 {
+            // Rows were aged out: forget the stacks nothing refers to any more.
+            let mut used: rustc_hash::FxHashSet<i32> = snap.yields.callers.keys().copied().collect();
+            used.extend(snap.slowest.iter().map(|e| e.stack_id));
+            for l in snap.locks.values() {
+                used.extend(l.callers.keys().chain(l.hold_callers.keys()));
+            }
+            self.resolver.retain(|id| used.contains(&id));
+        }
         Profile { meta, locks, tasks, slowest, yield_to }
     }
 }

@@ -71,6 +71,17 @@ impl<S: StackSource> Resolver<S> {
         &self.ks
     }
 
+    /// Forgets the symbolized stacks whose ids `keep` rejects (rows that
+    /// referenced them were aged out); they are resolved again if they return.
+    pub fn retain(&mut self, keep: impl Fn(i32) -> bool) {
+        self.cache.retain(|id, _| keep(*id));
+    }
+
+    /// Stacks cached.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
     /// Resolves stack `id` (negative ids are capture failures).
     pub fn stack(&mut self, id: i32) -> &ResolvedStack {
         if !self.cache.contains_key(&id) {

@@ -39,6 +39,7 @@ fn lock_row<'a>(
             hold: None,
             hold_callers: FxHashMap::default(),
             touched: tick,
+            caller_touched: FxHashMap::default(),
         })
     });
     let row = Arc::make_mut(row);
@@ -154,6 +155,9 @@ impl Aggregator {
         let (lock, _) = lock_row(&mut self.state.locks, &self.limits, LockKey::of(ev), self.tick);
         lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)).record(ev.wait_ns);
         let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, ev.stack_id);
+        if self.limits.max_idle.is_some() {
+            lock.caller_touched.insert(sid, self.tick);
+        }
         let h = lock.hold_callers.entry(sid).or_insert_with(|| Arc::new(Stats::new(DETAIL_SIGFIG)));
         Arc::make_mut(h).record(ev.wait_ns);
     }
@@ -189,6 +193,9 @@ impl Aggregator {
         if let Some(c) = lock.callers.get_mut(&sid) {
             add(Arc::make_mut(c));
         }
+        if self.limits.max_idle.is_some() {
+            lock.caller_touched.insert(sid, self.tick);
+        }
 
         let (tid, task_overflow) = capped(&st.tasks, tid, self.limits.max_tasks, OVERFLOW_TID);
         if task_overflow {
@@ -207,9 +214,10 @@ impl Aggregator {
         add(&mut task.wait);
     }
 
-    /// Ends a publish interval: with `Limits::max_idle`, drops the lock and
-    /// task rows that no wait updated for that many intervals (counted in
-    /// `Overflow::aged_*`; their waits stay in `events`).
+    /// Ends a publish interval: with `Limits::max_idle`, drops the lock,
+    /// (lock, stack) and task rows that no wait updated for that many
+    /// intervals (counted in `Overflow::aged_*`; their waits stay in
+    /// `events`, and a lock's own statistics keep its aged callers' waits).
     pub fn age(&mut self) {
         self.tick += 1;
         let Some(idle) = self.limits.max_idle else { return };
@@ -225,6 +233,24 @@ impl Aggregator {
             keep
         });
         st.tasks.retain(|_, t| t.touched >= oldest);
+        let mut aged_callers = 0;
+        for l in st.locks.values_mut() {
+            // Copy-on-write only the rows that have something to drop.
+            if !l.caller_touched.values().any(|&t| t < oldest) {
+                continue;
+            }
+            let l = Arc::make_mut(l);
+            let stale: Vec<i32> = l.caller_touched.iter().filter(|(_, t)| **t < oldest).map(|(s, _)| *s).collect();
+            for sid in stale {
+                l.caller_touched.remove(&sid);
+                l.hold_callers.remove(&sid);
+                if l.callers.remove(&sid).is_some() {
+                    aged_callers += 1;
+                }
+            }
+        }
+        callers += aged_callers;
+        st.overflow.aged_callers += aged_callers as u64;
         self.callers = self.callers.saturating_sub(callers);
         st.overflow.aged_locks += (before.0 - st.locks.len()) as u64;
         st.overflow.aged_tasks += (before.1 - st.tasks.len()) as u64;

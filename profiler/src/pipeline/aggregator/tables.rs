@@ -76,6 +76,9 @@ pub struct LockAgg {
     pub hold_callers: FxHashMap<i32, Arc<Stats>>,
     /// Publish interval of the last update (for ageing).
     pub touched: u64,
+    /// Publish interval of each caller slot's last update (only with
+    /// `Limits::max_idle`).
+    pub caller_touched: FxHashMap<i32, u64>,
 }
 
 /// Statistics of one thread.
@@ -104,6 +107,8 @@ pub struct Overflow {
     pub aged_locks: u64,
     /// Task rows dropped after `Limits::max_idle` intervals without waits.
     pub aged_tasks: u64,
+    /// (lock, stack) slots dropped after `Limits::max_idle` intervals without waits.
+    pub aged_callers: u64,
 }
 
 /// A yielding thread and the task it yielded to.

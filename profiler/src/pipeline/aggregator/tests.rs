@@ -246,7 +246,7 @@ fn idle_rows_age_out_and_are_counted() {
     let s = a.snapshot();
     assert_eq!(s.locks.len(), 1, "the idle lock is gone, the busy one stays");
     assert!(s.locks.contains_key(&LockKey::new(0x100, lcb::MUTEX)));
-    assert_eq!((s.overflow.aged_locks, s.overflow.aged_tasks), (1, 1));
+    assert_eq!((s.overflow.aged_locks, s.overflow.aged_tasks, s.overflow.aged_callers), (1, 1, 0));
     assert_eq!(s.events, 5, "aged rows' waits stay counted");
     assert_eq!(a.callers(), 1, "the aged lock's caller slot is free again");
     // New threads get rows again instead of folding into the overflow row.
@@ -265,4 +265,20 @@ fn without_max_idle_nothing_ages() {
     }
     assert_eq!(a.state().locks.len(), 1);
     assert_eq!(a.state().tasks.len(), 1);
+}
+
+#[test]
+fn idle_callers_of_a_busy_lock_age_out() {
+    let mut a = Aggregator::new(Limits { max_idle: Some(2), ..Limits::default() });
+    a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 7));
+    for _ in 0..3 {
+        a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 1));
+        a.age();
+    }
+    let s = a.snapshot();
+    let lock = &s.locks[&LockKey::new(0x100, lcb::MUTEX)];
+    assert!(lock.callers.contains_key(&1) && !lock.callers.contains_key(&7), "{:?}", lock.callers.keys());
+    assert_eq!(lock.wait.count(), 4, "the lock's own statistics keep every wait");
+    assert_eq!(s.overflow.aged_callers, 1);
+    assert_eq!(a.callers(), 1);
 }
