@@ -103,11 +103,13 @@ impl From<&ServeArgs> for ServeOptions {
 }
 
 impl ServeArgs {
-    /// The session options of `record`, plus ageing: a daemon drops lock and
-    /// task rows idle for the window (at least a minute), so its tables
-    /// follow the live locks and threads for weeks.
+    /// The session options of `record`, plus ageing: a daemon drops lock,
+    /// (lock, stack) and task rows idle for the window (at least a minute),
+    /// so its tables follow the live locks, stacks and threads for weeks.
+    /// It exports nothing per thread, so it keeps fewer thread rows.
     pub fn session_options(&self) -> Result<SessionOptions, UsageError> {
         let mut o = SessionOptions::try_from(&self.session)?;
+        o.limits.max_tasks = serve_defaults::MAX_TASKS;
         let idle = std::time::Duration::from_secs(self.window.max(60));
         o.limits.max_idle = Some((idle.as_secs_f64() / o.publish_interval.as_secs_f64()).ceil() as u64);
         Ok(o)
@@ -180,6 +182,7 @@ mod tests {
         let so = s.session_options().expect("serve options");
         assert_eq!(so.load.config, rec.load.config);
         assert_eq!(so.limits.max_idle, Some(60), "a daemon ages idle rows");
+        assert_eq!(so.limits.max_tasks, 1_000);
         assert_eq!(rec.limits.max_idle, None, "record keeps every row");
     }
 

@@ -153,6 +153,8 @@ pub struct Exporter {
     yields: Option<crate::model::YieldStats>,
     /// Counters of the server itself, shown with the session's drops.
     own_drops: BTreeMap<String, u64>,
+    /// Rows held per table (what bounds the daemon's memory).
+    rows: BTreeMap<&'static str, u64>,
 }
 
 fn name_source(l: &LockProfile) -> &'static str {
@@ -174,7 +176,13 @@ impl Exporter {
             meta: Meta::default(),
             yields: None,
             own_drops: BTreeMap::new(),
+            rows: BTreeMap::new(),
         }
+    }
+
+    /// Sets the row count of one of the daemon's tables.
+    pub fn set_rows(&mut self, table: &'static str, n: usize) {
+        self.rows.insert(table, n as u64);
     }
 
     /// Sets a counter of the server's own for `lockprof_dropped_events_total`.
@@ -212,6 +220,9 @@ impl Exporter {
         }
         self.meta = p.meta.clone();
         self.yields = p.yield_to.as_ref().map(|y| y.total.clone());
+        self.set_rows("locks", p.locks.len());
+        self.set_rows("callers", p.locks.iter().map(|l| l.callers.len()).sum());
+        self.set_rows("tasks", p.tasks.len());
     }
 
     /// Gives the top locks by score series, keeping incumbents unless clearly beaten.
@@ -364,6 +375,12 @@ impl Exporter {
             "Locks with series of their own (at most --max-series; the rest are lock=\"[other]\").",
             MetricType::GAUGE,
             vec![gauge(&[], self.series.len() as f64)],
+        ));
+        families.push(family(
+            "lockprof_table_rows",
+            "Rows held per table: locks, (lock, stack) callers and threads of the profile, pprof window rows.",
+            MetricType::GAUGE,
+            self.rows.iter().map(|(t, n)| gauge(&[("table", t.to_string())], *n as f64)).collect(),
         ));
         families.retain(|f| !f.get_metric().is_empty());
         let mut out = Vec::new();

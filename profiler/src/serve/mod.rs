@@ -36,6 +36,9 @@ pub mod defaults {
     pub const MAX_SERIES: usize = 100;
     /// Rows the window may hold in all.
     pub const MAX_WINDOW_ENTRIES: usize = 200_000;
+    /// Thread rows the session keeps (nothing is exported per thread; the
+    /// rest fold into the overflow row, counted).
+    pub const MAX_TASKS: usize = 1_000;
 }
 
 /// What `lockprof serve` serves and how much it keeps.
@@ -188,6 +191,7 @@ impl State {
         self.window.update(&p, now);
         self.exporter.update(&p);
         self.exporter.set_drop("window_rows_folded", self.window.folded());
+        self.exporter.set_rows("window", self.window.entries());
         self.latest = p;
         self.updated = now;
     }

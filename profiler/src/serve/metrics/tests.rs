@@ -41,6 +41,8 @@ fn counters_follow_the_profiles_and_histograms_are_consistent() {
     assert_eq!(value(&t, "lockprof_dropped_events_total", "reason=\"ringbuf_full\""), Some(0.0));
     assert!(t.contains("lockprof_build_info{version=\""), "{t}");
     assert_eq!(value(&t, "lockprof_events_total", ""), Some(3.0));
+    assert_eq!(value(&t, "lockprof_table_rows", "table=\"callers\""), Some(1.0));
+    assert_eq!(value(&t, "lockprof_table_rows", "table=\"locks\""), Some(1.0));
 }
 
 #[test]
