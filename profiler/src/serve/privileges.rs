@@ -25,8 +25,8 @@ pub enum PrivilegeError {
     /// A capability call failed.
     #[error("dropping capabilities: {0}")]
     Caps(String),
-    /// Map access fails even with the capabilities kept.
-    #[error("map access failed after dropping capabilities ({0}); run without `--keep-privileges` off")]
+    /// Map access fails even with every capability it could keep.
+    #[error("reading lockprof's maps fails with every capability set tried after attaching: {0}")]
     Maps(std::io::Error),
 }
 
