@@ -91,6 +91,10 @@ impl Default for AggVal {
     }
 }
 
+/// `AggKey::flags` bit of a hold aggregate (hold times of contended
+/// acquisitions, keyed like their waits); above every `LCB_F_*` bit.
+pub const AGG_HOLD: u32 = 1 << 31;
+
 /// Slots per generation of the per-CPU aggregate cache (`AGG_CACHE` holds
 /// two generations, like the two aggregate hash maps).
 pub const AGG_CACHE_SLOTS: u32 = 64;

@@ -1,6 +1,8 @@
 //! What userspace writes into the programs' `CONFIG` global before loading,
 //! and the sizes both sides agree on.
 
+use crate::layout::Layout;
+
 /// Every completed wait goes through the ring buffer.
 pub const MODE_STREAM: u32 = 0;
 /// Waits are folded into per-CPU maps in the kernel, drained every interval.
@@ -62,34 +64,6 @@ pub struct TaskOffsets {
     pub _pad: u32,
 }
 
-/// Offset of a member the kernel lacks (the reads that need it are off).
-pub const UNKNOWN_OFFSET: u32 = u32::MAX;
-
-/// Offsets of kernel structure members the programs read, found in the
-/// running kernel's BTF by userspace ([`UNKNOWN_OFFSET`] when absent).
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
-    /// `struct mutex` `owner` (the owner task pointer with flag bits; not on
-    /// PREEMPT_RT, whose mutex is an rt_mutex).
-    pub mutex_owner: u32,
-    /// `struct task_struct` `__state` (`state` before 5.14): read to tell a
-    /// mutex's first optimistic spin (task running) from a woken sleeper's
-    /// re-spin (task state already set for the next sleep).
-    pub task_state: u32,
-}
-
-impl Layout {
-    /// Nothing known.
-    pub const UNKNOWN: Layout = Layout { mutex_owner: UNKNOWN_OFFSET, task_state: UNKNOWN_OFFSET };
-}
-
-impl Default for Layout {
-    fn default() -> Self {
-        Layout::UNKNOWN
-    }
-}
-
 /// `struct mutex` owner flag: the wait list is not empty (some task sleeps
 /// on the mutex, or is about to).
 pub const MUTEX_FLAG_WAITERS: u64 = 1;
@@ -120,7 +94,15 @@ pub struct Config {
     pub task: TaskOffsets,
     /// Other kernel structure offsets.
     pub layout: Layout,
+    /// Kernel functions the programs may call ([`KFUNC_GET_KMEM_CACHE`]):
+    /// set only when userspace bound the call to this kernel's BTF id.
+    pub kfuncs: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
 }
+
+/// `Config::kfuncs` bit: `bpf_get_kmem_cache` (6.13+) is callable.
+pub const KFUNC_GET_KMEM_CACHE: u32 = 1;
 
 impl Config {
     /// Record every type and process, stream mode, no stack budget.
@@ -134,6 +116,8 @@ impl Config {
         tp: TpOffsets::DEFAULT,
         task: TaskOffsets { pid: 0, tgid: 0, comm: 0, _pad: 0 },
         layout: Layout::UNKNOWN,
+        kfuncs: 0,
+        _pad: 0,
     };
 
     /// Whether a type or process filter is on (then unmatched ends are expected).
@@ -154,7 +138,7 @@ mod tests {
 
     #[test]
     fn config_layout() {
-        assert_eq!(core::mem::size_of::<Config>(), 72);
+        assert_eq!(core::mem::size_of::<Config>(), 64 + core::mem::size_of::<Layout>() + 8);
         assert_eq!(STACK_WINDOWS_PER_S, 10);
         assert!(!Config::DEFAULT.filtering());
     }

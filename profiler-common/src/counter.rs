@@ -44,8 +44,10 @@ pub const YIELDS: u32 = 16;
 /// began: that wait's end was never seen (the kernel skipped our end program,
 /// see `end_without_begin`); it is discarded, not measured.
 pub const STALE_SPIN: u32 = 17;
+/// The lock identity map was full: that lock is named from userspace only.
+pub const IDENT_MAP_FULL: u32 = 18;
 /// Number of counters.
-pub const COUNT: u32 = 18;
+pub const COUNT: u32 = 19;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -67,4 +69,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "yield_unmatched",
     "yield_calls",
     "stale_spin_discarded",
+    "ident_map_full",
 ];

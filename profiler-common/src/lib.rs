@@ -10,6 +10,8 @@
 mod aggregate;
 mod config;
 pub mod counter;
+mod ident;
+mod layout;
 mod lock;
 pub mod names;
 #[cfg(feature = "user")]
@@ -18,13 +20,18 @@ mod record;
 mod state;
 
 pub use aggregate::{
-    AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, HIST_BUCKETS, agg_cache_index, hist_bucket, hist_bucket_low,
+    AGG_CACHE_SLOTS, AGG_HOLD, AggKey, AggSlot, AggVal, HIST_BUCKETS, agg_cache_index, hist_bucket, hist_bucket_low,
 };
 pub use config::{
-    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, Layout,
-    MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, MUTEX_FLAG_WAITERS, STACK_WINDOW_NS, STACK_WINDOWS_PER_S,
-    TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, UNKNOWN_OFFSET, YIELD_PENDING_ENTRIES,
+    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES,
+    KFUNC_GET_KMEM_CACHE, MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, MUTEX_FLAG_WAITERS, STACK_WINDOW_NS,
+    STACK_WINDOWS_PER_S, TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, YIELD_PENDING_ENTRIES,
 };
+pub use ident::{
+    IDENT_ENTRIES, IDENT_SEEN_SLOTS, KFUNC_CALL_GET_KMEM_CACHE, LockIdent, SLAB_NAME_LEN, SlabRecord, ident_seen_index,
+    kind,
+};
+pub use layout::{Layout, UNKNOWN_OFFSET, known};
 pub use lock::{LockMode, LockType, is_spinning, lcb, probe_flags};
 pub use record::{
     ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, YieldEvent,

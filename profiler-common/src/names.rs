@@ -36,6 +36,12 @@ pub mod map {
     pub const STACK_BUDGET: &str = "STACK_BUDGET";
     /// Kernel stacks.
     pub const STACKS: &str = "STACKS";
+    /// Lock identities confirmed in the kernel.
+    pub const IDENTITIES: &str = "IDENTITIES";
+    /// Per-CPU last identified lock per slot.
+    pub const IDENT_SEEN: &str = "IDENT_SEEN";
+    /// Per-CPU run-queue lock, once recorded.
+    pub const RQ_SEEN: &str = "RQ_SEEN";
     /// Per-CPU counters.
     pub const COUNTERS: &str = "COUNTERS";
     /// Per-CPU re-entrancy guard.
@@ -61,6 +67,9 @@ pub mod map {
         SPIN_DEPTH,
         STACK_BUDGET,
         STACKS,
+        IDENTITIES,
+        IDENT_SEEN,
+        RQ_SEEN,
         COUNTERS,
         BUSY,
         YIELD_PENDING,
@@ -179,8 +188,12 @@ pub mod prog {
     /// kretprobe of `yield_to`.
     pub const KRP_YIELD_TO: &str = "krp_yield_to";
 
+    /// The `kmem_cache` iterator.
+    pub const SLAB_CACHES: &str = "slab_caches";
+
     /// Every program of the product object.
     pub const ALL: &[&str] = &[
+        SLAB_CACHES,
         BEGIN_BTF,
         END_BTF,
         BEGIN_TP,

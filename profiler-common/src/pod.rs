@@ -27,4 +27,6 @@ pod!(
     super::TpOffsets,
     super::Layout,
     super::AggSlot,
+    super::LockIdent,
+    super::SlabRecord,
 );

@@ -17,7 +17,7 @@ use crate::{
 pub fn contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
     let lock: u64 = ctx.arg(0);
     let flags: u32 = ctx.arg(1);
-    match guarded(|| on_begin(&ctx, lock, flags)) {
+    match guarded(|| on_begin(&ctx, lock, flags, true)) {
         Ok(r) | Err(r) => r as i32,
     }
 }
@@ -44,7 +44,7 @@ fn try_contention_begin_tp(ctx: &TracePointContext) -> Result<u32, u32> {
     let lock: u64 = unsafe { ctx.read_at(tp.begin_lock as usize) }.map_err(|_| 0u32)?;
     // SAFETY: as above.
     let flags: u32 = unsafe { ctx.read_at(tp.begin_flags as usize) }.map_err(|_| 0u32)?;
-    guarded(|| on_begin(ctx, lock, flags))
+    guarded(|| on_begin(ctx, lock, flags, false))
 }
 
 #[tracepoint(category = "lock", name = "contention_end")]
@@ -66,7 +66,7 @@ macro_rules! kprobe_entries {
         #[kprobe]
         pub fn $kp(ctx: ProbeContext) -> u32 {
             let lock: u64 = ctx.arg(0).unwrap_or(0);
-            match guarded(|| probe_begin(&ctx, lock, $flags)) {
+            match guarded(|| probe_begin(&ctx, lock, $flags, false)) {
                 Ok(r) | Err(r) => r,
             }
         }
@@ -112,7 +112,7 @@ macro_rules! fentry_waits {
         #[fentry]
         pub fn $fe(ctx: FEntryContext) -> i32 {
             let lock: u64 = ctx.arg(0);
-            match probe_begin(&ctx, lock, $flags) {
+            match probe_begin(&ctx, lock, $flags, true) {
                 Ok(r) | Err(r) => r as i32,
             }
         }

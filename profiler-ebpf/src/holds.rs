@@ -1,5 +1,6 @@
 //! Hold times: a contended acquisition (tracked by `waits::complete`) is
-//! timed until its release function runs.
+//! timed until its release function runs, then aggregated in the kernel
+//! like waits (aggregate mode) or streamed.
 
 use aya_ebpf::{
     EbpfContext,
@@ -7,10 +8,12 @@ use aya_ebpf::{
     macros::{fentry, kprobe},
     programs::{FEntryContext, ProbeContext},
 };
-use profiler_common::{EVENT_HOLD, HoldKey, PendingWait, counter};
+use aya_log_ebpf::warn;
+use profiler_common::{AGG_HOLD, AggKey, EVENT_HOLD, HoldKey, MODE_AGGREGATE, PendingWait, counter};
 
 use crate::{
-    context::{Ids, count, guarded},
+    aggregate::aggregate,
+    context::{Ids, config, count, guarded},
     maps::HOLDS,
     ringbuf,
     waits::record,
@@ -38,6 +41,16 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         tid: ids.tid,
     };
     count(counter::HOLDS);
+    if config().mode == MODE_AGGREGATE {
+        let key =
+            AggKey { lock_addr, tid: ids.tid, tgid: ids.tgid, flags: start.flags | AGG_HOLD, stack_id: start.stack_id };
+        if aggregate(&key, now.saturating_sub(start.start_ns)) {
+            return Ok(0);
+        }
+        if count(counter::AGG_FULL) {
+            warn!(ctx, "lockprof: aggregate map full, streaming instead");
+        }
+    }
     ringbuf::send(ctx, record(EVENT_HOLD, &held, ids, now));
     Ok(0)
 }

@@ -8,6 +8,8 @@
 //! - [`backends`]: the wait backends' entry points (tp_btf, tracepoint,
 //!   kprobe, fentry);
 //! - [`aggregate`]: in-kernel per-CPU aggregation (aggregate mode);
+//! - [`identity`]: which lock an address is, confirmed once per CPU;
+//! - [`slabs`]: the `kmem_cache` iterator that names slab caches;
 //! - [`holds`]: hold times from the release functions;
 //! - [`yields`]: KVM directed yield (`yield_to`);
 //! - `floor` (feature `floor`, benchmarks only): counting-only programs.
@@ -25,8 +27,10 @@ mod context;
 #[cfg(feature = "floor")]
 mod floor;
 mod holds;
+mod identity;
 mod maps;
 mod ringbuf;
+mod slabs;
 mod stack;
 mod waits;
 mod yields;

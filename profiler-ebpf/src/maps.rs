@@ -9,8 +9,9 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES,
-    DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS,
-    StackBudget, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart, counter,
+    DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent,
+    PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart,
+    counter,
 };
 
 /// Filters and knobs, written by userspace before load.
@@ -80,6 +81,18 @@ pub static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entrie
 /// Kernel stacks captured when waits begin.
 #[map]
 pub static STACKS: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_ENTRIES, 0);
+
+/// Identities of lock addresses, confirmed in the kernel (see `identity`).
+#[map]
+pub static IDENTITIES: HashMap<u64, LockIdent> = HashMap::with_max_entries(IDENT_ENTRIES, 0);
+
+/// The last lock address identified per slot, per CPU.
+#[map]
+pub static IDENT_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(IDENT_SEEN_SLOTS, 0);
+
+/// This CPU's run-queue lock, once recorded in `IDENTITIES`.
+#[map]
+pub static RQ_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU counters, indexed by `profiler_common::counter`.
 #[map]

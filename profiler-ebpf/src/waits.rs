@@ -16,6 +16,7 @@ use profiler_common::{
 use crate::{
     aggregate::aggregate,
     context::{Ids, config, count, wanted},
+    identity::identify,
     maps::{HOLD_ON, HOLDS, PENDING, SPIN_DEPTH, SPIN_PENDING},
     ringbuf,
     stack::stack_for,
@@ -86,8 +87,9 @@ fn task_running(cfg: &Config) -> bool {
 }
 
 /// A wait begins (`contention_begin`, or a probed slowpath's entry).
+/// `slab`: the program type may call the slab-cache kfunc (tracing programs).
 #[inline(always)]
-pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
+pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
     let cfg = config();
     if lock_addr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
         return Ok(0);
@@ -96,6 +98,7 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Resul
     if !wanted(&cfg, ids.tgid) {
         return Ok(0);
     }
+    identify(&cfg, lock_addr, flags, slab);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let wait = |stack_id| PendingWait { begin_ns: now, lock_addr, flags, stack_id, tgid: ids.tgid, tid: ids.tid };
@@ -270,7 +273,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
 /// slowpaths run with preemption disabled (their lock's fast path disabled
 /// it), so their per-CPU nesting depth is exact.
 #[inline(always)]
-pub fn probe_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Result<u32, u32> {
+pub fn probe_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
     if is_spinning(flags) {
         let depth = SPIN_DEPTH.get_ptr_mut(0).ok_or(0u32)?;
         // SAFETY: this CPU's slot; preemption is disabled on this path.
@@ -281,7 +284,7 @@ pub fn probe_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> Re
             return Ok(0);
         }
     }
-    on_begin(ctx, lock_addr, flags)
+    on_begin(ctx, lock_addr, flags, slab)
 }
 
 /// Return of a probed slowpath: the wait it began is over.

@@ -49,13 +49,18 @@ impl SortKey {
     }
 }
 
-/// Whether `l` matches a `--lock` filter: its name, class or hex address.
+/// Whether `l` matches a `--lock` filter: its name (`mmap_lock`), slab
+/// cache (`&task_struct`), member (`task_struct.pi_lock`), class or hex
+/// address.
 pub fn lock_matches(l: &LockProfile, filter: &str) -> bool {
     let f = filter.trim();
     if let Some(hex) = f.strip_prefix("0x").or_else(|| f.strip_prefix("0X")) {
         return u64::from_str_radix(hex, 16).is_ok_and(|a| a == l.addr);
     }
-    l.name.as_deref() == Some(f) || l.class == f
+    l.name.as_deref() == Some(f)
+        || l.class == f
+        || l.field.as_deref() == Some(f)
+        || l.slab.as_deref().is_some_and(|s| f.strip_prefix('&') == Some(s))
 }
 
 /// Filters, order and cut of a view.
@@ -202,5 +207,24 @@ mod tests {
         for k in SortKey::ALL {
             assert!(!k.name().is_empty());
         }
+    }
+
+    #[test]
+    fn lock_filter_takes_every_name_form() {
+        let mut p = fixture::profile();
+        let l = &mut p.locks[1];
+        l.name = Some("task_struct.pi_lock".into());
+        l.name_source = Some(crate::model::NameSource::Btf);
+        l.slab = Some("task_struct".into());
+        l.field = Some("task_struct.pi_lock".into());
+        let l = &p.locks[1];
+        for f in ["task_struct.pi_lock", "&task_struct", "0xffff888004a1b2c0", " task_struct.pi_lock "] {
+            assert!(lock_matches(l, f), "{f}");
+        }
+        for f in ["task_struct", "&kmalloc-cg-192", "pi_lock", "0x1"] {
+            assert!(!lock_matches(l, f), "{f}");
+        }
+        assert!(lock_matches(&p.locks[0], "tasklist_lock"));
+        assert!(lock_matches(&p.locks[0], "rwlock @ copy_process"), "the class");
     }
 }

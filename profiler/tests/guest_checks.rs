@@ -27,6 +27,9 @@ fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockP
         name_source: name.map(|_| NameSource::Inferred),
         class: format!("{} @ {caller}", lockprof::model::type_name(ty)),
         rt_base: None,
+        slab: None,
+        field: None,
+        addresses: None,
         wait: stats(LOCK_SIGFIG, &[1_000, 2_000]),
         hold: None,
         callers: vec![CallerProfile {
@@ -180,4 +183,28 @@ fn pipe_check_takes_an_rt_mutex_that_is_a_mutex() {
     );
     l.rt_base = Some("mutex".into());
     assert!(checks::pipe_mutex(&profile(vec![l])).is_ok());
+}
+
+#[test]
+fn identity_check_wants_the_slab_when_the_kernel_can_say_and_the_reason_when_not() {
+    let mut pipe = lock(None, LockType::Mutex, LockMode::Exclusive, "anon_pipe_write");
+    let kernel_has_kfunc = true;
+    assert!(
+        checks::pipe_identity(&profile(vec![pipe.clone()]), kernel_has_kfunc).expect_err("no slab").contains("no slab")
+    );
+    let no_note = checks::pipe_identity(&profile(vec![pipe.clone()]), false).expect_err("no reason given");
+    assert!(no_note.contains("no note"), "{no_note}");
+    let mut p = profile(vec![pipe.clone()]);
+    p.meta.notes.push("lock naming: slab caches: the kernel has no bpf_get_kmem_cache kfunc (6.13+)".into());
+    assert!(checks::pipe_identity(&p, false).is_ok());
+    pipe.slab = Some("kmalloc-cg-192".into());
+    pipe.name = Some("&kmalloc-cg-192".into());
+    pipe.name_source = Some(NameSource::Btf);
+    pipe.class = "mutex @ anon_pipe_write in &kmalloc-cg-192".into();
+    assert!(checks::pipe_identity(&profile(vec![pipe.clone()]), kernel_has_kfunc).is_ok());
+    let mut other_row = pipe.clone();
+    other_row.mode = LockMode::Read;
+    other_row.name = Some("mmap_lock".into());
+    let two = checks::pipe_identity(&profile(vec![pipe, other_row]), kernel_has_kfunc).expect_err("two names");
+    assert!(two.contains("two names"), "{two}");
 }

@@ -1,32 +1,19 @@
 //! Root-only: `lockprof top` in a real terminal (tmux) against a real pipe storm.
 //! Skips, saying why, without root or tmux; with `CI=true` those are failures.
 
+mod support;
+
 use std::{
     process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
 fn ready() -> bool {
-    let root = lockprof::ebpf::check_privileges().can_trace();
     let tmux = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
-    let reason = match (root, tmux) {
-        (false, _) => Some("needs root (CAP_BPF and CAP_PERFMON)"),
-        (_, false) => Some("needs tmux (cargo xtask setup installs it)"),
-        _ => None,
-    };
-    match reason {
-        None => true,
-        Some(r) if in_ci() => panic!("top_in_tmux: CI=true but {r}"),
-        Some(r) => {
-            eprintln!("skipping test top_in_tmux - {r}");
-            false
-        }
-    }
+    let reason = support::tracepoints_missing()
+        .or_else(|| (!tmux).then(|| "needs tmux (cargo xtask setup installs it)".to_string()));
+    support::ready_unless("top_in_tmux", reason)
 }
 
 struct Tmux(String);

@@ -15,8 +15,10 @@ use std::{
     time::Duration,
 };
 
+mod support;
+
 use lockprof::{
-    ebpf::{BackendChoice, LoadOptions, check_privileges},
+    ebpf::{BackendChoice, LoadOptions},
     model::{LockProfile, NameSource, Profile},
     session::{Session, SessionOptions},
     workload::{self, Workload},
@@ -26,30 +28,9 @@ use profiler_common::{Config, LockMode, LockType};
 /// Tests share the machine's two CPUs; run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
 /// `true` if the test can run; prints why not otherwise (fails in CI).
 fn kernel_ready(test: &str) -> bool {
-    let reason = if !check_privileges().can_trace() {
-        Some("needs root (CAP_BPF and CAP_PERFMON)".to_string())
-    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
-        && !std::path::Path::new("/sys/kernel/tracing/events/lock/contention_begin").exists()
-        && !std::path::Path::new("/sys/kernel/debug/tracing/events/lock/contention_begin").exists()
-    {
-        Some("kernel has neither BTF nor the lock:contention_* tracepoints".to_string())
-    } else {
-        None
-    };
-    match reason {
-        None => true,
-        Some(r) if in_ci() => panic!("{test}: CI=true but {r}"),
-        Some(r) => {
-            eprintln!("skipping test {test} - {r}");
-            false
-        }
-    }
+    support::ready_unless(test, support::tracepoints_missing())
 }
 
 /// Session options as the CLI defaults them: aggregate mode, stack budget.
@@ -64,14 +45,21 @@ fn record_during(opts: SessionOptions, w: Workload, threads: usize, secs: f64) -
 }
 
 async fn record_during_async(opts: SessionOptions, w: Workload, threads: usize, secs: f64) -> Profile {
+    record_workloads_async(opts, &[w], threads, secs).await
+}
+
+/// Records while `ws` run one after the other, `secs` seconds each.
+async fn record_workloads_async(opts: SessionOptions, ws: &[Workload], threads: usize, secs: f64) -> Profile {
     let session = Session::start(opts).expect("load and attach");
-    let stop = Arc::new(AtomicBool::new(false));
-    let worker = thread::spawn(move || workload::run(w, threads, Duration::from_secs_f64(secs), stop));
-    while !worker.is_finished() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for &w in ws {
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = thread::spawn(move || workload::run(w, threads, Duration::from_secs_f64(secs), stop));
+        while !worker.is_finished() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let outcome = worker.join().expect("workload thread").expect("workload");
+        assert!(outcome.ops > 0, "the {w:?} workload made no progress");
     }
-    let outcome = worker.join().expect("workload thread").expect("workload");
-    assert!(outcome.ops > 0, "the {w:?} workload made no progress");
     session.finish().await.expect("finish")
 }
 
@@ -153,6 +141,59 @@ fn fork_exit_storm_shows_tasklist_lock_by_name() {
 }
 
 #[test]
+fn kernel_names_the_pipe_mutex_mmap_rq_and_sig_locks_exactly() {
+    const TEST: &str = "kernel_names_the_pipe_mutex_mmap_rq_and_sig_locks_exactly";
+    if !kernel_ready(TEST) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let p =
+        rt.block_on(record_workloads_async(cli_defaults(), &[Workload::Pipe, Workload::Fork, Workload::Mmap], 4, 2.0));
+    assert_counters_sane(&p);
+    let rows = |l: &LockProfile| format!("{} {:?} {:?} ({})", l.display_name(), l.name_source, l.field, l.class);
+    let all: Vec<String> = p.locks.iter().map(rows).collect();
+    // One identity per address.
+    let mut names: std::collections::BTreeMap<u64, &Option<String>> = std::collections::BTreeMap::new();
+    for l in p.locks.iter().filter(|l| l.addr != 0) {
+        if let Some(prev) = names.insert(l.addr, &l.name) {
+            assert_eq!(prev, &l.name, "{:#x} carries two names", l.addr);
+        }
+    }
+    let btf_named = |name: &str| {
+        p.locks
+            .iter()
+            .find(|l| l.name.as_deref() == Some(name) && l.name_source == Some(NameSource::Btf))
+            .unwrap_or_else(|| panic!("no {name} confirmed by the kernel among {all:#?}"))
+    };
+    btf_named("mmap_lock");
+    btf_named("rq_lock");
+    btf_named("siglock");
+    let blob = std::fs::read("/sys/kernel/btf/vmlinux").expect("kernel BTF");
+    let types = lockprof::ebpf::btf::Types::parse(&blob).expect("parse BTF");
+    if !types.has_func("bpf_get_kmem_cache") {
+        eprintln!("{TEST}: slab naming skipped - the kernel has no bpf_get_kmem_cache kfunc (6.13+)");
+        return;
+    }
+    let pipe = p
+        .locks
+        .iter()
+        .filter(|l| l.lock_type == LockType::Mutex)
+        .find(|l| callers_of(l).iter().any(|c| c.contains("pipe_write") || c.contains("pipe_read")))
+        .unwrap_or_else(|| panic!("no pipe mutex among {all:#?}"));
+    assert_eq!(pipe.name_source, Some(NameSource::Btf), "{}", rows(pipe));
+    assert!(pipe.slab.as_deref().is_some_and(|s| s.starts_with("kmalloc")), "{}", rows(pipe));
+    assert!(pipe.class.contains(" in &kmalloc"), "{}", rows(pipe));
+    let field = p
+        .locks
+        .iter()
+        .find(|l| l.field.is_some() && l.slab.is_some())
+        .unwrap_or_else(|| panic!("no lock named down to its struct member among {all:#?}"));
+    let f = field.field.as_deref().unwrap_or_default();
+    assert!(f.contains('.') && f.split('.').all(|part| !part.is_empty()), "{}", rows(field));
+}
+
+#[test]
 fn stream_mode_sees_the_same_pipe_mutex() {
     if !kernel_ready("stream_mode_sees_the_same_pipe_mutex") {
         return;
@@ -185,9 +226,14 @@ fn unlink_storm_shows_the_directory_rwsem() {
         .locks
         .iter()
         .filter(|l| l.lock_type == LockType::Rwsem && l.mode == LockMode::Write)
-        .find(|l| l.name.as_deref() == Some("i_rwsem"))
+        // Inferred (`i_rwsem`), or confirmed by the kernel down to the member
+        // (`shmem_inode_info.vfs_inode.i_rwsem`).
+        .find(|l| l.name.as_deref().is_some_and(|n| n == "i_rwsem" || n.ends_with(".i_rwsem")))
         .unwrap_or_else(|| {
-            panic!("no i_rwsem among {:?}", p.locks.iter().map(|l| (&l.class, l.lock_type, l.mode)).collect::<Vec<_>>())
+            panic!(
+                "no i_rwsem among {:?}",
+                p.locks.iter().map(|l| (&l.name, &l.class, l.lock_type, l.mode)).collect::<Vec<_>>()
+            )
         });
     let callers = callers_of(rwsem);
     assert!(

@@ -60,6 +60,9 @@ enum Cmd {
         /// Seconds of the lockprof serve soak under pipe + fork/exit storms (0: skip it).
         #[arg(long, default_value_t = 600)]
         soak_secs: u64,
+        /// Skip the guest-kernel measurements (hold timing under QEMU).
+        #[arg(long)]
+        no_guest: bool,
     },
     /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
@@ -130,7 +133,7 @@ fn main() -> Result<()> {
         Cmd::VmTest { kernel, matrix, timeout } => {
             vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout) })
         }
-        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only, soak_secs } => {
+        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only, soak_secs, no_guest } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
             }
@@ -154,6 +157,7 @@ fn main() -> Result<()> {
                 variants,
                 rotation_only,
                 soak_secs,
+                guest: !no_guest && !rotation_only,
             })
         }
     }
@@ -188,22 +192,35 @@ fn test(no_lint: bool) -> Result<()> {
                 .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core", "--", "-D", "warnings"]))?;
         }
     }
+    // The floor-backed count test needs the `bench` feature.
+    let suites: [&[&str]; 2] = [
+        &["test", "--workspace", "--tests"],
+        &["test", "--package", "profiler", "--features", "bench", "--test", "live_counts"],
+    ];
     if is_root() {
-        return run(cargo().args(["test", "--workspace"]));
+        run(cargo().args(["test", "--workspace"]))?;
+        return run(cargo().args(suites[1]));
     }
     // Unit tests as this user; the kernel tests need root.
     run(cargo().args(["test", "--workspace", "--exclude", "profiler-ebpf", "--lib", "--bins"]))?;
     let sudo = std::process::Command::new("sudo").args(["-n", "true"]).status().is_ok_and(|s| s.success());
+    if !sudo && util::in_ci() {
+        bail!("CI=true but not root and no passwordless sudo: the kernel tests must run in CI");
+    }
     if sudo {
         eprintln!("xtask: running the kernel tests through sudo");
-        run(std::process::Command::new("sudo")
-            .args(["-E", "env", &format!("PATH={}", std::env::var("PATH").unwrap_or_default())])
-            .arg(util::cargo_path())
-            .args(["test", "--workspace", "--tests"]))
-    } else if util::in_ci() {
-        bail!("CI=true but not root and no passwordless sudo: the kernel tests must run in CI")
     } else {
         eprintln!("xtask: not root and no passwordless sudo: the kernel tests will skip, each saying why");
-        run(cargo().args(["test", "--workspace", "--tests"]))
     }
+    for args in suites {
+        if sudo {
+            run(std::process::Command::new("sudo")
+                .args(["-E", "env", &format!("PATH={}", std::env::var("PATH").unwrap_or_default())])
+                .arg(util::cargo_path())
+                .args(args))?;
+        } else {
+            run(cargo().args(args))?;
+        }
+    }
+    Ok(())
 }

@@ -10,7 +10,7 @@ use crate::{
     ebpf::BackendChoice,
     export::Metric,
     query::SortKey,
-    report::{By, Format},
+    report::{By, Format, GroupBy},
     serve::defaults as serve_defaults,
     session::{Mode, defaults},
     workload::Workload,
@@ -64,6 +64,10 @@ pub struct SessionArgs {
     /// kprobe when the kernel allows, at no cost while no vCPU yields).
     #[arg(long)]
     pub no_yield_to: bool,
+    /// Do not time holds (release probes on every unlock of the probed lock
+    /// types; they need kprobes or fentry, and cost a probe per release).
+    #[arg(long)]
+    pub no_holds: bool,
     /// How waits reach userspace.
     #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
     pub mode: Mode,
@@ -109,9 +113,15 @@ pub struct ViewArgs {
     /// CSV field separator.
     #[arg(long, value_name = "C", default_value_t = ',')]
     pub separator: char,
-    /// Only this lock: name (tasklist_lock), class, or hex address (like perf's -L).
+    /// Only this lock: name (tasklist_lock, mmap_lock, rq_lock), slab cache
+    /// (&task_struct), member (task_struct.pi_lock), class, or hex address
+    /// (like perf's -L).
     #[arg(long = "lock", short = 'L', value_name = "NAME|ADDR")]
     pub lock: Option<String>,
+    /// One row per lock address (default), or per lock name: every
+    /// `mmap_lock` summed into one row, like lock_stat's classes.
+    #[arg(long, value_enum, default_value_t = GroupBy::Address)]
+    pub group_by: GroupBy,
 }
 
 /// `lockprof record`.

@@ -32,6 +32,7 @@ impl SessionArgs {
             ("--pid", !self.pid.is_empty()),
             ("--backend", self.backend != BackendChoice::Auto),
             ("--no-yield-to", self.no_yield_to),
+            ("--no-holds", self.no_holds),
             ("--mode", self.mode != Mode::Aggregate),
             ("--outlier-us", self.outlier_us != defaults::OUTLIER_US),
             ("--stack-rate", self.stack_rate != defaults::STACK_RATE),
@@ -75,6 +76,7 @@ impl TryFrom<&SessionArgs> for SessionOptions {
                 ringbuf_bytes: a.ringbuf_mb << 20,
                 stack_entries: a.stack_map_size,
                 yield_to: !a.no_yield_to,
+                holds: !a.no_holds,
                 ..LoadOptions::default()
             },
             limits: Limits { max_callers: a.max_callers, ..Limits::default() },
@@ -119,6 +121,7 @@ impl ServeArgs {
 impl From<&ViewArgs> for ReportOptions {
     fn from(v: &ViewArgs) -> ReportOptions {
         ReportOptions {
+            group_by: v.group_by,
             format: v.format,
             by: v.by,
             query: Query { sort: v.sort, top: v.top, lock: v.lock.clone(), ..Query::default() },
@@ -153,12 +156,22 @@ mod tests {
 
     #[test]
     fn arguments_reach_the_options() {
-        let o = session(&["--type", "mutex,rwlock", "--mode", "stream", "--stack-rate", "25", "--no-yield-to"])
-            .expect("options");
+        let o = session(&[
+            "--type",
+            "mutex,rwlock",
+            "--mode",
+            "stream",
+            "--stack-rate",
+            "25",
+            "--no-yield-to",
+            "--no-holds",
+        ])
+        .expect("options");
         assert_eq!(o.load.config.type_mask, LockType::Mutex.bit() | LockType::Rwlock.bit());
         assert_eq!(o.mode(), Mode::Stream);
         assert_eq!(o.load.config.stacks_per_window, 3, "25/s is 3 per 100 ms window, rounded up");
         assert!(!o.load.yield_to, "--no-yield-to turns yield_to off");
+        assert!(!o.load.holds, "--no-holds turns hold timing off");
         assert_eq!(o.filters, ["type=mutex,rwlock"]);
         assert!(session(&["--ringbuf-mb", "3"]).is_err());
         assert!(session(&["--pid", "999999999"]).is_err_and(|e| e.0.contains("no such process")));

@@ -10,7 +10,7 @@ use crate::{
     export::Metric,
     model::{parse_type, type_name},
     query::SortKey,
-    report::{By, Format},
+    report::{By, Format, GroupBy},
     session::Mode,
     workload::Workload,
 };
@@ -31,6 +31,11 @@ macro_rules! value_enum {
         }
     };
 }
+
+value_enum!(GroupBy {
+    GroupBy::Address => "one row per lock address",
+    GroupBy::Name => "one row per lock name: every mmap_lock summed, like lock_stat's classes",
+});
 
 value_enum!(BackendChoice {
     BackendChoice::Auto => "tp_btf, tracepoint, fentry, kprobe: the first that attaches",

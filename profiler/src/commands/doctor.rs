@@ -95,6 +95,28 @@ pub fn render_doctor(d: &features::Doctor) -> String {
             Err(e) => format!("unknown ({e}): yield targets are not named"),
         }
     );
+    let m = &d.naming.methods;
+    let _ = writeln!(s, "lock naming:");
+    let methods = [
+        (
+            "kernel structures",
+            m.kernel_structures,
+            "mmap_lock, siglock, pi_lock, rq_lock, zone_lock... compared at contention time (BTF offsets)".to_string(),
+        ),
+        ("slab cache (kfunc)", m.slab_kfunc, "bpf_get_kmem_cache: &kmalloc-cg-192, &task_struct".to_string()),
+        (
+            "slab cache names",
+            m.slab_iterator,
+            format!("kmem_cache iterator names the caches ({} listed)", d.naming.slab_caches),
+        ),
+        ("struct members", m.struct_fields, "task_struct.pi_lock from BTF".to_string()),
+    ];
+    for (name, ok, what) in methods {
+        let _ = writeln!(s, "  {name:<22} {:<4} {what}", yes(ok));
+    }
+    for why in &m.missing {
+        let _ = writeln!(s, "  - {why}");
+    }
     s
 }
 

@@ -3,8 +3,11 @@
 use aya::Btf;
 use serde::Serialize;
 
+use profiler_common::{Config, KFUNC_GET_KMEM_CACHE, Layout};
+
 use super::{
-    BackendChoice, LoadOptions, Privileges, Probes, TraceFs, check_privileges,
+    BackendChoice, LoadOptions, NamingMethods, Privileges, Probes, TraceFs, check_privileges,
+    load::load_slab_iter,
     object::fresh_object,
     probes::{Attached, ProbeKind, attach_releases, attach_yield},
 };
@@ -69,6 +72,51 @@ pub struct Doctor {
     pub kvm_loaded: bool,
     /// `struct task_struct` offsets for naming yield targets, or why not.
     pub task_offsets: Result<String, String>,
+    /// How locks are named on this kernel.
+    pub naming: NamingFacts,
+}
+
+/// Lock naming methods, tried for real.
+#[derive(Clone, Debug, Serialize)]
+pub struct NamingFacts {
+    /// Which methods work.
+    #[serde(flatten)]
+    pub methods: NamingMethods,
+    /// Slab caches the iterator listed.
+    pub slab_caches: usize,
+}
+
+/// Which naming methods this kernel supports: offsets from BTF, the slab
+/// kfunc (bound into the object; the tp_btf check above loads it), and the
+/// slab iterator (loaded and read).
+fn naming_facts(kallsyms_data: bool) -> NamingFacts {
+    let blob = super::btf::kernel_blob().ok();
+    let types = blob.as_deref().and_then(|b| super::btf::Types::parse(b).ok());
+    let config = Config {
+        layout: types.as_ref().map_or(Layout::UNKNOWN, super::btf::layout),
+        kfuncs: if types.as_ref().is_some_and(|t| t.has_func("bpf_get_kmem_cache")) { KFUNC_GET_KMEM_CACHE } else { 0 },
+        ..Config::default()
+    };
+    let mut methods = NamingMethods::of(&config, types.as_ref());
+    let mut slab_caches = 0;
+    match fresh_object() {
+        Ok(mut ebpf) => {
+            if let Some(it) = load_slab_iter(&mut ebpf, &mut methods) {
+                match it.read() {
+                    Ok(r) => slab_caches = r.len(),
+                    Err(e) => {
+                        methods.slab_iterator = false;
+                        methods.missing.push(format!("slab cache names: reading the kmem_cache iterator: {e}"));
+                    }
+                }
+            }
+        }
+        Err(e) => methods.missing.push(format!("slab cache names: {e}")),
+    }
+    if !kallsyms_data {
+        methods.missing.push("global locks by symbol: kallsyms lists no data symbols (CONFIG_KALLSYMS_ALL off, or kptr_restrict); global locks are inferred from their callers".into());
+    }
+    NamingFacts { methods, slab_caches }
 }
 
 /// Serializable privileges.
@@ -220,6 +268,7 @@ pub fn run() -> Doctor {
     let task_offsets = super::btf::kernel_task_offsets()
         .map(|o| format!("pid at {}, tgid at {}, comm at {}", o.pid, o.tgid, o.comm))
         .map_err(|e| e.to_string());
+    let naming = naming_facts(kallsyms.data_symbols > 0);
     Doctor {
         kernel: kernel_release(),
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
@@ -236,5 +285,6 @@ pub fn run() -> Doctor {
         yield_pick,
         kvm_loaded: std::path::Path::new("/sys/module/kvm").exists(),
         task_offsets,
+        naming,
     }
 }

@@ -7,19 +7,25 @@ use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 use aya::{
     Btf, Ebpf,
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    programs::Iter,
 };
-use profiler_common::{TaskOffsets, names::map};
+use profiler_common::{
+    TaskOffsets,
+    names::{map, prog},
+};
 
 use super::{
     AggMaps, KernelCounters, KernelStacks, LoadOptions, PendingMaps, TracefsError, WaitBackend,
     backend::{attach_tp_btf, attach_tracepoint},
-    btf::BtfError,
+    btf::{BtfError, Types},
     check_privileges,
+    identities::{KernelIdentities, NamingMethods},
     object::{bump_memlock, load_object},
     probes::{
-        ProbeKind, attach_releases, attach_waits, attach_yield, release_programs, unload_named, unload_program,
-        yield_programs,
+        ProbeKind, attach_releases, attach_waits, attach_yield, program, release_programs, unload_named,
+        unload_program, yield_programs,
     },
+    slabs::SlabIter,
 };
 
 /// Errors loading or attaching.
@@ -63,6 +69,31 @@ pub struct Probes {
     hold: Result<ProbeKind, Unavailable>,
     yield_kind: Result<ProbeKind, Unavailable>,
     notes: Vec<String>,
+    naming: NamingMethods,
+    slabs: Option<SlabIter>,
+    blob: Option<Vec<u8>>,
+}
+
+/// Loads the `kmem_cache` iterator when the kernel has it (6.13+).
+pub(super) fn load_slab_iter(ebpf: &mut Ebpf, naming: &mut NamingMethods) -> Option<SlabIter> {
+    let r = (|| -> Result<SlabIter, String> {
+        let btf = Btf::from_sys_fs().map_err(|e| e.to_string())?;
+        let p: &mut Iter = program(ebpf, prog::SLAB_CACHES)?;
+        p.load("kmem_cache", &btf).map_err(|e| super::error_chain(&e))?;
+        let fd = p.fd().map_err(|e| e.to_string())?.try_clone().map_err(|e| e.to_string())?;
+        Ok(SlabIter::new(fd))
+    })();
+    match r {
+        Ok(it) => {
+            naming.slab_iterator = true;
+            Some(it)
+        }
+        Err(e) => {
+            naming.slab_iterator = false;
+            naming.missing.push(format!("slab cache names: the kmem_cache iterator does not load (6.13+): {e}"));
+            None
+        }
+    }
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
@@ -168,11 +199,23 @@ impl Probes {
             return Err(LoadError::Privileges(msg));
         }
         bump_memlock();
+        // The kernel's BTF, parsed once: offsets, kfunc ids.
+        let blob = super::btf::kernel_blob();
+        let types = blob.as_deref().map_err(Clone::clone).and_then(Types::parse);
+        if let Err(e) = &types {
+            log::info!("kernel BTF unavailable ({e}): no yield_to target names, no kernel-confirmed lock names");
+        }
+        let types = types.ok();
         // task_struct offsets name the task a vCPU yields to.
-        let task_offsets = opts.yield_to.then(super::btf::kernel_task_offsets);
+        let task_offsets = opts
+            .yield_to
+            .then(|| types.as_ref().ok_or(BtfError::Io("no kernel BTF".into())).and_then(super::btf::task_offsets));
         let known = task_offsets.as_ref().and_then(|r| r.as_ref().ok()).copied();
-        let layout = super::btf::kernel_layout();
-        let mut ebpf = load_object(opts, known, layout).map_err(|e| LoadError::Object(Box::new(e)))?;
+        let (mut ebpf, config) =
+            load_object(opts, known, types.as_ref()).map_err(|e| LoadError::Object(Box::new(e)))?;
+        let mut naming = NamingMethods::of(&config, types.as_ref());
+        let slabs = load_slab_iter(&mut ebpf, &mut naming);
+        let blob = blob.ok().filter(|_| naming.struct_fields);
         if !opts.tgids.is_empty() {
             let m = ebpf
                 .map_mut(map::TGID_FILTER)
@@ -188,7 +231,7 @@ impl Probes {
         let hold = if opts.holds {
             attach_holds(&mut ebpf, btf.as_ref(), &mut notes)
         } else {
-            Err(Unavailable { reason: "hold tracking was turned off".into(), detail: String::new() })
+            Err(Unavailable { reason: "hold timing was turned off (--no-holds)".into(), detail: String::new() })
         };
         if hold.is_ok() {
             set_flag(&mut ebpf, map::HOLD_ON)?;
@@ -211,7 +254,15 @@ impl Probes {
                     for n in &notes {
                         log::info!("{n}");
                     }
-                    return Ok(Probes { ebpf, backend, hold, yield_kind, notes });
+                    if naming.slab_kfunc
+                        && backend != WaitBackend::TpBtf
+                        && backend.probe_kind() != Some(ProbeKind::Fentry)
+                    {
+                        naming.slab_kfunc = false;
+                        naming.missing.push(format!("slab caches: the {} backend cannot call kfuncs", backend.name()));
+                    }
+                    notes.extend(naming.missing.iter().map(|m| format!("lock naming: {m}")));
+                    return Ok(Probes { ebpf, backend, hold, yield_kind, notes, naming, slabs, blob });
                 }
                 Err(e) => {
                     unload_named(&mut ebpf, backend.programs());
@@ -274,6 +325,18 @@ impl Probes {
     /// Takes the counters (once).
     pub fn take_counters(&mut self) -> Result<KernelCounters, LoadError> {
         Ok(KernelCounters::new(PerCpuArray::try_from(self.take(map::COUNTERS)?).map_err(map_err(map::COUNTERS))?))
+    }
+
+    /// How lock identities are found on this kernel.
+    pub fn naming(&self) -> &NamingMethods {
+        &self.naming
+    }
+
+    /// Takes the lock identities (once): the programs' map, the slab
+    /// iterator and the kernel's BTF for member paths.
+    pub fn take_identities(&mut self) -> Result<KernelIdentities, LoadError> {
+        let map = HashMap::try_from(self.take(map::IDENTITIES)?).map_err(map_err(map::IDENTITIES))?;
+        Ok(KernelIdentities::new(map, self.slabs.take(), self.blob.take()))
     }
 
     /// Takes the pending-wait maps (once).

@@ -10,16 +10,20 @@ mod caps;
 pub mod features;
 #[cfg(feature = "bench")]
 mod floor;
+mod identities;
+mod kfuncs;
 mod load;
 pub mod maps;
 mod object;
 pub mod probes;
+mod slabs;
 mod tracefs;
 
 pub use backend::{BackendChoice, WaitBackend};
 pub use caps::{Privileges, check_privileges};
 #[cfg(feature = "bench")]
 pub use floor::FloorProbes;
+pub use identities::{KernelIdentities, NamingMethods};
 pub use load::{LoadError, Probes};
 pub use maps::{
     AggMaps, CounterValues, FLIP_GRACE, KernelCounters, KernelStacks, PendingMaps, merge_cpus, recursion_misses,

@@ -1,6 +1,6 @@
 //! The embedded eBPF object and what is written into it before loading:
-//! the `CONFIG` global (filters, knobs, tracepoint and `task_struct`
-//! offsets) and the map sizes.
+//! the `CONFIG` global (filters, knobs, tracepoint and kernel structure
+//! offsets, bound kfuncs), the kfunc calls, and the map sizes.
 
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
@@ -9,7 +9,12 @@ use profiler_common::{
     names::{self, map},
 };
 
-use super::{BackendChoice, TraceFs, probes::ProbeKind};
+use super::{
+    BackendChoice, TraceFs,
+    btf::{Types, layout},
+    kfuncs,
+    probes::ProbeKind,
+};
 
 /// The eBPF object built by build.rs, embedded at compile time.
 pub fn object_bytes() -> &'static [u8] {
@@ -78,29 +83,37 @@ fn tracepoint_offsets() -> TpOffsets {
 pub(super) fn load_object(
     opts: &LoadOptions,
     task: Option<TaskOffsets>,
-    layout: Layout,
-) -> Result<Ebpf, aya::EbpfError> {
+    types: Option<&Types<'_>>,
+) -> Result<(Ebpf, Config), aya::EbpfError> {
+    let (object, kfuncs) = kfuncs::bind(object_bytes(), types);
     let config = Config {
         wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
         tp: tracepoint_offsets(),
         task: task.unwrap_or_default(),
-        layout,
+        layout: types.map_or(Layout::UNKNOWN, layout),
+        kfuncs,
         ..opts.config
     };
-    EbpfLoader::new()
+    let ebpf = EbpfLoader::new()
         .override_global(names::CONFIG, &config, true)
         .map_max_entries(map::EVENTS, opts.ringbuf_bytes)
         .map_max_entries(map::STACKS, opts.stack_entries)
         .map_max_entries(map::PENDING, opts.pending_entries)
         .map_max_entries(map::AGG_A, opts.agg_entries)
         .map_max_entries(map::AGG_B, opts.agg_entries)
-        .load(object_bytes())
+        .load(object.bytes())?;
+    Ok((ebpf, config))
 }
 
-/// A fresh copy of the object with default globals, for one `doctor`
-/// check (dropping it detaches and unloads what the check attached).
+/// A fresh copy of the object with default knobs and this kernel's offsets
+/// and kfuncs, for one `doctor` check (dropping it detaches and unloads what
+/// the check attached).
 pub(super) fn fresh_object() -> Result<Ebpf, String> {
-    EbpfLoader::new().load(object_bytes()).map_err(|e| format!("loading the object: {}", super::error_chain(&e)))
+    let blob = super::btf::kernel_blob().ok();
+    let types = blob.as_deref().and_then(|b| Types::parse(b).ok());
+    load_object(&LoadOptions::default(), None, types.as_ref())
+        .map(|(ebpf, _)| ebpf)
+        .map_err(|e| format!("loading the object: {}", super::error_chain(&e)))
 }
 
 /// Raises RLIMIT_MEMLOCK for kernels without memcg accounting of BPF memory.

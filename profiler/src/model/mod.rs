@@ -1,12 +1,14 @@
 //! The data model shared by every face of lockprof: statistics, lock kinds,
 //! and the resolved [`Profile`] that reports, recordings and exports read.
 
+mod grouping;
 mod histogram;
 mod kind;
 mod profile;
 mod stats;
 mod yields;
 
+pub use grouping::grouped_by_name;
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{CallerProfile, Callers, Frames, LockProfile, Meta, NameSource, Profile, SlowWait, TaskProfile};
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};

@@ -16,6 +16,10 @@ use super::{
 pub enum NameSource {
     /// A kallsyms data symbol at exactly the lock's address.
     Kallsyms,
+    /// Confirmed by the kernel while the lock was contended: the address is
+    /// a member of the current task's structures, of a run queue or a zone
+    /// (offsets from BTF), or lies in an object of a known slab cache.
+    Btf,
     /// Inferred from who contends on it (e.g. `tasklist_lock` from fork/exit callers).
     Inferred,
 }
@@ -73,8 +77,19 @@ pub struct LockProfile {
     pub name: Option<String>,
     /// How `name` was found.
     pub name_source: Option<NameSource>,
-    /// Caller-derived class, e.g. `mutex @ anon_pipe_write`.
+    /// Caller-derived class, e.g. `mutex @ anon_pipe_write` (with the slab
+    /// cache when that is all that is known: `... in &kmalloc-cg-192`).
     pub class: String,
+    /// Slab cache of the object holding the lock, when the kernel says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slab: Option<String>,
+    /// The lock's member path in its object's struct (`task_struct.pi_lock`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// A row summing locks of one name (`--group-by name`): how many
+    /// addresses it sums (`addr` is then the busiest one's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<u32>,
     /// On PREEMPT_RT, what an `rt-mutex` or `rwlock-rt` is underneath
     /// (`mutex`, `rt_mutex`, `spinlock`, `rwsem`, `rwlock`), from the lock
     /// functions on its waiters' stacks; None elsewhere or when no stack says.
@@ -89,9 +104,14 @@ pub struct LockProfile {
 }
 
 impl LockProfile {
-    /// Name if known, else the caller-derived class.
+    /// Name if known, else the caller-derived class (also when only the
+    /// generic slab cache is known: the class then ends `in &kmalloc-192`).
     pub fn display_name(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.class)
+        match (&self.name, self.name_source) {
+            (Some(n), Some(NameSource::Btf)) if n.starts_with('&') => &self.class,
+            (Some(n), _) => n,
+            (None, _) => &self.class,
+        }
     }
 
     /// Short type label like perf's (`rwlock:W`), with what a PREEMPT_RT

@@ -12,7 +12,10 @@ use crate::{
         CallerProfile, Frames, LockProfile, Meta, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller,
         YieldPair, YieldProfile,
     },
-    symbols::{Resolver, StackSource, frame_fn, name_lock, rt_base, yield_caller_index},
+    symbols::{
+        Identities, Kallsyms, NoIdentities, Resolver, StackSource, frame_fn, lock_class, name_lock, rt_base,
+        yield_caller_index,
+    },
 };
 
 use super::aggregator::{LockAgg, LockKey, OVERFLOW_TID, Snapshot, YieldAgg};
@@ -104,23 +107,65 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
     let caller_fns: Vec<(String, u64)> = caller_fns.into_iter().collect();
     let rt = matches!(key.lock_type, LockType::RtMutex | LockType::RwlockRt);
     let rt_base = callers.iter().filter(|_| rt).find_map(|c| rt_base(&c.stack)).map(str::to_string);
-    let named = name_lock(key.addr, key.lock_type, key.mode, rt_base.as_deref(), &caller_fns, resolver.kallsyms());
-    let (name, name_source, class) = if key.addr == 0 {
-        (None, None, "[other locks: key limit reached]".to_string())
+    let class = if key.addr == 0 {
+        "[other locks: key limit reached]".to_string()
     } else {
-        (named.name, named.source, named.class)
+        lock_class(key.addr, key.lock_type, &caller_fns, None)
     };
     LockProfile {
         addr: key.addr,
         lock_type: key.lock_type,
         mode: key.mode,
-        name,
-        name_source,
+        name: None,
+        name_source: None,
         class,
+        slab: None,
+        field: None,
+        addresses: None,
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
         callers: callers.into(),
+    }
+}
+
+/// Caller function names of a lock row with their contentions.
+fn caller_fns(l: &LockProfile) -> impl Iterator<Item = (&str, u64)> {
+    l.callers.iter().map(|c| (frame_fn(&c.caller), c.wait.count()))
+}
+
+/// Names every lock once per address, from all of its rows (every type and
+/// mode): the rows of one address always carry the same name.
+fn name_by_address(locks: &mut [LockProfile], ks: &Kallsyms, idents: &mut dyn Identities) {
+    let mut by_addr: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, l) in locks.iter().enumerate() {
+        if l.addr != 0 {
+            by_addr.entry(l.addr).or_default().push(i);
+        }
+    }
+    for (addr, rows) in by_addr {
+        let mut fns: BTreeMap<String, u64> = BTreeMap::new();
+        for &r in &rows {
+            for (f, n) in caller_fns(&locks[r]) {
+                *fns.entry(f.to_string()).or_default() += n;
+            }
+        }
+        let fns: Vec<(String, u64)> = fns.into_iter().collect();
+        let Some(&main) = rows.iter().max_by_key(|&&r| (locks[r].wait.count(), std::cmp::Reverse(r))) else {
+            continue;
+        };
+        let ident = idents.identity(addr);
+        let (ty, rt) = (locks[main].lock_type, locks[main].rt_base.clone());
+        let n = name_lock(addr, ty, rt.as_deref(), &fns, ks, ident.as_ref());
+        for &r in &rows {
+            let l = &mut locks[r];
+            let row_fns: Vec<(String, u64)> = caller_fns(l).map(|(f, n)| (f.to_string(), n)).collect();
+            l.class = lock_class(addr, l.lock_type, &row_fns, ident.as_ref());
+            l.name.clone_from(&n.name);
+            l.name_source = n.source;
+            l.slab.clone_from(&n.slab);
+            l.field.clone_from(&n.field);
+        }
     }
 }
 
@@ -129,12 +174,21 @@ pub struct ProfileBuilder<S> {
     resolver: Resolver<S>,
     /// The last profile of each lock, with the row it was built from.
     locks: FxHashMap<LockKey, (Arc<LockAgg>, LockProfile)>,
+    /// What the kernel confirmed about lock addresses.
+    idents: Box<dyn Identities>,
 }
 
 impl<S: StackSource> ProfileBuilder<S> {
-    /// A builder over a resolver (whose stack cache it keeps).
+    /// A builder over a resolver (whose stack cache it keeps), without
+    /// kernel identities.
     pub fn new(resolver: Resolver<S>) -> Self {
-        ProfileBuilder { resolver, locks: FxHashMap::default() }
+        ProfileBuilder { resolver, locks: FxHashMap::default(), idents: Box::new(NoIdentities) }
+    }
+
+    /// Names locks with what the kernel confirmed, too.
+    pub fn with_identities(mut self, idents: Box<dyn Identities>) -> Self {
+        self.idents = idents;
+        self
     }
 
     /// Resolves stacks and names locks, producing a profile sorted by total
@@ -163,6 +217,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                 }
             }
         }
+        name_by_address(&mut locks, self.resolver.kallsyms(), self.idents.as_mut());
         locks.sort_by(|a, b| {
             b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.addr.cmp(&b.addr)).then(a.mode.cmp(&b.mode))
         });

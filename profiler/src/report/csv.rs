@@ -38,7 +38,7 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
     match opts.by {
         By::Lock => {
             let mut h: Vec<String> =
-                ["name", "name_source", "class", "addr", "type", "mode"].map(String::from).to_vec();
+                ["name", "name_source", "class", "slab", "field", "addr", "type", "mode"].map(String::from).to_vec();
             h.extend(STAT_HEADER.map(String::from));
             h.extend(["hold_total_ns", "hold_max_ns", "hold_avg_ns"].map(String::from));
             rows.push(h);
@@ -47,6 +47,8 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                     l.name.clone().unwrap_or_default(),
                     l.name_source.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default(),
                     l.class.clone(),
+                    l.slab.clone().unwrap_or_default(),
+                    l.field.clone().unwrap_or_default(),
                     format!("{:#x}", l.addr),
                     type_name(l.lock_type).to_string(),
                     mode_name(l.mode).to_string(),
@@ -140,12 +142,14 @@ mod tests {
         assert_eq!(rows.len(), 3);
         assert_eq!(&rows[0][0], "name");
         assert_eq!(rows[0].len(), rows[1].len());
-        assert_eq!(&rows[1][0], "tasklist_lock");
-        assert_eq!(&rows[1][1], "inferred");
-        assert_eq!(&rows[1][4], "rwlock");
-        assert_eq!(&rows[1][6], "5");
-        assert_eq!(&rows[1][7], "100000");
-        assert_eq!(&rows[1][12], "", "hold is empty when unavailable");
+        let col = |name: &str| rows[0].iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name}"));
+        assert_eq!(&rows[1][col("name")], "tasklist_lock");
+        assert_eq!(&rows[1][col("name_source")], "inferred");
+        assert_eq!(&rows[1][col("type")], "rwlock");
+        assert_eq!(&rows[1][col("contended")], "5");
+        assert_eq!(&rows[1][col("wait_total_ns")], "100000");
+        assert_eq!(&rows[1][col("slab")], "", "no slab cache known");
+        assert_eq!(&rows[1][col("hold_total_ns")], "", "hold is empty when unavailable");
     }
 
     #[test]

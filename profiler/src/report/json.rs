@@ -114,6 +114,8 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                 "name": l.name,
                 "name_source": l.name_source,
                 "class": l.class,
+                "slab": l.slab,
+                "field": l.field,
                 "rt_base": l.rt_base,
                 "addr": format!("{:#x}", l.addr),
                 "type": type_name(l.lock_type),

@@ -74,9 +74,31 @@ impl By {
     }
 }
 
+/// Lock rows per address, or summed per name.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum GroupBy {
+    /// One row per lock address (and type and mode).
+    #[default]
+    Address,
+    /// One row per lock name (and type and mode), like lock_stat's classes.
+    Name,
+}
+
+impl GroupBy {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Address => "address",
+            GroupBy::Name => "name",
+        }
+    }
+}
+
 /// How to render a profile.
 #[derive(Clone, Debug)]
 pub struct ReportOptions {
+    /// Lock rows per address or per name.
+    pub group_by: GroupBy,
     /// Output format.
     pub format: Format,
     /// Row grouping.
@@ -92,6 +114,7 @@ pub struct ReportOptions {
 impl Default for ReportOptions {
     fn default() -> Self {
         ReportOptions {
+            group_by: GroupBy::Address,
             format: Format::Text,
             by: By::Lock,
             query: Query::default(),
@@ -103,6 +126,14 @@ impl Default for ReportOptions {
 
 /// Renders a profile in the chosen format.
 pub fn render(p: &Profile, opts: &ReportOptions) -> std::io::Result<Vec<u8>> {
+    let grouped;
+    let p = match opts.group_by {
+        GroupBy::Address => p,
+        GroupBy::Name => {
+            grouped = crate::model::grouped_by_name(p);
+            &grouped
+        }
+    };
     Ok(match opts.format {
         Format::Text => render_text(p, opts).into_bytes(),
         Format::Json => render_json(p, opts).into_bytes(),
@@ -165,6 +196,9 @@ pub(crate) mod fixture {
                     name_source: Some(NameSource::Inferred),
                     class: "rwlock @ copy_process".into(),
                     rt_base: None,
+                    slab: None,
+                    field: None,
+                    addresses: None,
                     wait: stats(2, &all_tl),
                     hold: None,
                     callers: vec![
@@ -196,6 +230,9 @@ pub(crate) mod fixture {
                     name_source: None,
                     class: "mutex @ anon_pipe_write".into(),
                     rt_base: None,
+                    slab: None,
+                    field: None,
+                    addresses: None,
                     wait: stats(LOCK_SIGFIG, &pipe),
                     hold: None,
                     callers: vec![CallerProfile {

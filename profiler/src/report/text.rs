@@ -22,7 +22,12 @@ const HEADER: &str = " contended  total wait    max wait    avg wait    p99 wait
 pub(crate) fn lock_title(l: &LockProfile) -> String {
     match (&l.name, l.name_source) {
         (Some(n), Some(NameSource::Inferred)) => format!("{n} (inferred; {}) @ {:#x}", l.class, l.addr),
-        (Some(n), _) => format!("{n} @ {:#x}", l.addr),
+        // Only the slab cache is known: the class says it (`... in &kmalloc-cg-192`).
+        (Some(n), Some(NameSource::Btf)) if n.starts_with('&') => format!("{} @ {:#x}", l.class, l.addr),
+        (Some(n), _) => match &l.field {
+            Some(f) if f != n => format!("{n} ({f}) @ {:#x}", l.addr),
+            _ => format!("{n} @ {:#x}", l.addr),
+        },
         (None, _) if l.addr == 0 => l.class.clone(),
         (None, _) => format!("{} @ {:#x}", l.class, l.addr),
     }

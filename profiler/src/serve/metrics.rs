@@ -138,6 +138,8 @@ struct Seen {
 struct Series {
     lock: String,
     class: String,
+    slab: String,
+    field: String,
     name_source: &'static str,
     counters: Totals,
 }
@@ -161,6 +163,7 @@ fn name_source(l: &LockProfile) -> &'static str {
     match l.name_source {
         Some(NameSource::Kallsyms) => "kallsyms",
         Some(NameSource::Inferred) => "inferred",
+        Some(NameSource::Btf) => "btf",
         None => "class",
     }
 }
@@ -246,6 +249,8 @@ impl Exporter {
             self.series.entry(id).or_insert_with(|| Series {
                 lock: l.display_name().to_string(),
                 class: l.class.clone(),
+                slab: l.slab.clone().unwrap_or_default(),
+                field: l.field.clone().unwrap_or_default(),
                 name_source: name_source(l),
                 counters: Totals::default(),
             });
@@ -293,6 +298,8 @@ impl Exporter {
                     ("addr", format!("{:#x}", id.addr)),
                     ("class", s.class.clone()),
                     ("name_source", s.name_source.to_string()),
+                    ("slab", s.slab.clone()),
+                    ("field", s.field.clone()),
                 ],
                 &s.counters,
             ));
@@ -306,6 +313,8 @@ impl Exporter {
                     ("addr", String::new()),
                     ("class", String::new()),
                     ("name_source", String::new()),
+                    ("slab", String::new()),
+                    ("field", String::new()),
                 ],
                 totals,
             ));

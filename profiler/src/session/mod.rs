@@ -166,7 +166,8 @@ impl Session {
             Kallsyms::default()
         });
         let ring = probes.take_events()?;
-        let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?));
+        let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
+            .with_identities(Box::new(probes.take_identities()?));
         let hk = Housekeeping {
             aggs: if opts.mode() == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
             pending: probes.take_pending()?,

@@ -154,3 +154,35 @@ pub fn mmap_lock(p: &Profile) -> Check {
         &callers(l)[..l.callers.len().min(3)]
     ))
 }
+
+/// One name per lock address, and the pipe mutex named by its slab cache
+/// when the kernel can say (`bpf_get_kmem_cache` and a backend that may call
+/// it), else by its caller class with the reason among the notes.
+pub fn pipe_identity(p: &Profile, slab_kfunc: bool) -> Check {
+    let mut names: std::collections::BTreeMap<u64, &Option<String>> = std::collections::BTreeMap::new();
+    for l in p.locks.iter().filter(|l| l.addr != 0) {
+        if let Some(other) = names.insert(l.addr, &l.name)
+            && other != &l.name
+        {
+            return Err(format!("{:#x} carries two names: {other:?} and {:?}", l.addr, l.name));
+        }
+    }
+    let l = pipe_mutex(p)?;
+    if slab_kfunc {
+        let slab = l.slab.as_deref().ok_or_else(|| format!("the pipe mutex has no slab cache ({})", l.class))?;
+        if !slab.starts_with("kmalloc") || l.name_source != Some(NameSource::Btf) || !l.class.contains(" in &") {
+            return Err(format!("pipe mutex named {:?} ({:?}), class {}", l.name, l.name_source, l.class));
+        }
+        return Ok(format!("pipe mutex in &{slab}: {}", l.class));
+    }
+    if l.slab.is_some() {
+        return Err(format!("a slab cache {:?} although the kernel cannot say", l.slab));
+    }
+    let why = p
+        .meta
+        .notes
+        .iter()
+        .find(|n| n.starts_with("lock naming: slab caches"))
+        .ok_or_else(|| format!("no note says why slab caches are not named: {:?}", p.meta.notes))?;
+    Ok(format!("pipe mutex by caller class ({}); {why}", l.class))
+}

@@ -43,6 +43,8 @@ pub struct Facts {
     pub rt: bool,
     /// Function names the kernel's BTF describes (fentry/fexit targets).
     btf_funcs: Vec<String>,
+    /// The `bpf_get_kmem_cache` kfunc (6.13+): slab caches of lock addresses.
+    pub slab_kfunc: bool,
 }
 
 /// Whether the kernel answers EPERM to any BPF trampoline: one fentry on
@@ -66,14 +68,16 @@ impl Facts {
             let log = std::fs::read_to_string("/tmp/kvm-modules.log").unwrap_or_default();
             Err(format!("no /dev/kvm after loading the KVM modules ({})", log.trim().replace('\n', "; ")))
         };
-        let wanted: Vec<&str> = WAIT_TARGETS.iter().map(|t| t.func).collect();
-        let btf_funcs = std::fs::read("/sys/kernel/btf/vmlinux")
+        let mut wanted: Vec<&str> = WAIT_TARGETS.iter().map(|t| t.func).collect();
+        wanted.push("bpf_get_kmem_cache");
+        let btf_funcs: Vec<String> = std::fs::read("/sys/kernel/btf/vmlinux")
             .ok()
             .and_then(|b| {
                 Types::parse(&b).ok().map(|t| wanted.iter().filter(|f| t.has_func(f)).map(|f| f.to_string()).collect())
             })
             .unwrap_or_default();
         Facts {
+            slab_kfunc: btf_funcs.iter().any(|f| f == "bpf_get_kmem_cache"),
             rt: kallsyms.address_of("rt_spin_lock").is_some(),
             btf_funcs,
             trampolines_refused: trampolines_refused(),

@@ -139,6 +139,11 @@ fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
         trial(format!("{b}::pipe_mutex"), skip(family(Family::Mutex)), move || {
             checks::pipe_waits(&*recorded(backend, Workload::Pipe)?)
         }),
+        trial(format!("{b}::lock_identity"), skip(family(Family::Mutex)), move || {
+            // Only tracing programs (tp_btf, fentry) may call the slab kfunc.
+            let kfunc = f.slab_kfunc && matches!(backend, BackendChoice::TpBtf | BackendChoice::Fentry);
+            checks::pipe_identity(&*recorded(backend, Workload::Pipe)?, kfunc)
+        }),
         trial(
             format!("{b}::pipe_mutex_holds"),
             skip(family(Family::Mutex).or(holds_missing(f, "mutex_unlock"))),

@@ -4,10 +4,11 @@
 //! lockprof's modes, several rounds, tracers in rotating order. For every
 //! tracer: throughput against untraced, and fidelity, the contentions/s it
 //! reports against the floor's own count in the same round. Plus per-program
-//! costs, userspace throughput, memory and attach time. Rewrites
-//! BENCHMARKS.md.
+//! costs, userspace throughput, memory and attach time, and hold timing in
+//! a guest kernel. Rewrites BENCHMARKS.md.
 
 mod extras;
+mod guest;
 mod markdown;
 mod runs;
 mod soak;
@@ -35,7 +36,13 @@ pub struct Opts {
     pub rotation_only: bool,
     /// Seconds of the `lockprof serve` soak (0: none).
     pub soak_secs: u64,
+    /// Measure hold timing in the default guest kernel too.
+    pub guest: bool,
 }
+
+/// Rounds and seconds per run of the guest benchmark.
+const GUEST_ROUNDS: usize = 3;
+const GUEST_SECS: f64 = 3.0;
 
 /// The tracers of the rotation.
 fn tracers(o: &Opts) -> Vec<Tracer> {
@@ -113,7 +120,8 @@ pub fn run(o: &Opts) -> Result<()> {
             soak: if o.soak_secs > 0 { Some(soak::serve_soak(o.soak_secs, 2)?) } else { None },
         })
     };
-    let md = markdown::render(&facts, o, &results, extras.as_ref());
+    let guest = if o.guest { Some(guest::run(GUEST_ROUNDS, GUEST_SECS)?) } else { None };
+    let md = markdown::render(&facts, o, &results, extras.as_ref(), guest.as_ref());
     print!("{md}");
     let path =
         if o.rotation_only { workspace_root().join("target/bench.md") } else { workspace_root().join("BENCHMARKS.md") };

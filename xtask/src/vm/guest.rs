@@ -30,7 +30,8 @@ pub struct Binaries {
 /// The KVM modules of the guest kernel, dependencies resolved by the caller.
 pub const KVM_MODULES: &[&str] = &["kvm-amd"];
 
-const INIT: &str = r#"#!/bin/busybox sh
+/// What every guest does first: mount the pseudo file systems, say hello.
+const PRELUDE: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
 mkdir -p /proc /sys /dev /tmp /run
@@ -43,7 +44,10 @@ mount -t debugfs nodev /sys/kernel/debug
 mount -t bpf bpf /sys/fs/bpf
 echo LOCKPROF-VM-BEGIN $(uname -r)
 cd /tmp
-echo LOCKPROF-DOCTOR-BEGIN
+"#;
+
+/// The test payload: doctor's facts, the KVM modules, the guest test binary.
+const TESTS: &str = r#"echo LOCKPROF-DOCTOR-BEGIN
 /lockprof doctor --json
 echo LOCKPROF-DOCTOR-END
 : > /tmp/kvm-modules.log
@@ -55,11 +59,26 @@ done
 sed 's/^/kvm-modules: /' /tmp/kvm-modules.log
 LOCKPROF_YIELD_VMM=/yield_vmm /guest --test-threads 1 --color never
 echo LOCKPROF-VM-EXIT=$?
-poweroff -f
 "#;
 
+/// What the guest runs after the prelude.
+pub enum Payload<'a> {
+    /// The guest test binary (`vm-test`).
+    Tests,
+    /// A shell script (`bench --guest`).
+    Script(&'a str),
+}
+
+fn init(payload: &Payload<'_>) -> String {
+    let body = match payload {
+        Payload::Tests => TESTS,
+        Payload::Script(s) => s,
+    };
+    format!("{PRELUDE}{body}\npoweroff -f\n")
+}
+
 /// Builds the initramfs in `dir`; returns the archive.
-pub fn initramfs(dir: &Path, bins: &Binaries, modules: &[(String, Vec<u8>)]) -> Result<PathBuf> {
+pub fn initramfs(dir: &Path, bins: &Binaries, modules: &[(String, Vec<u8>)], payload: &Payload<'_>) -> Result<PathBuf> {
     let root = dir.join("initramfs");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("bin"))?;
@@ -80,7 +99,7 @@ pub fn initramfs(dir: &Path, bins: &Binaries, modules: &[(String, Vec<u8>)]) -> 
         order.push('\n');
     }
     std::fs::write(root.join("modules/order"), order)?;
-    std::fs::write(root.join("init"), INIT)?;
+    std::fs::write(root.join("init"), init(payload))?;
     let out = dir.join("initrd.gz");
     let script = format!(
         "chmod 755 init lockprof guest yield_vmm bin/busybox && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",

@@ -22,7 +22,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use self::{
-    guest::{Binaries, KVM_MODULES},
+    guest::{Binaries, KVM_MODULES, Payload},
     kernel::{Kernel, Spec},
     results::{Outcome, Run},
 };
@@ -93,7 +93,7 @@ fn one(spec: &Spec, bins: &Binaries, timeout: Duration) -> Outcome1 {
     let attempt = || -> Result<(Kernel, Run)> {
         let k = kernel::prepare(spec, &vm_dir())?;
         let modules = kernel::module_order(&k.modules, KVM_MODULES)?;
-        let initrd = guest::initramfs(&vm_dir(), bins, &modules)?;
+        let initrd = guest::initramfs(&vm_dir(), bins, &modules, &Payload::Tests)?;
         eprintln!("xtask: booting {} ({}) under QEMU (TCG, 4 vCPUs)", k.package, k.release);
         let lines = guest::boot(&k.vmlinuz, &initrd, timeout, &format!("vm {}| ", k.release))?;
         let log = vm_dir().join(format!("{}.console.log", k.release));
@@ -141,9 +141,8 @@ fn table(outs: &[Outcome1]) -> String {
     s
 }
 
-/// Runs the guest tests on one kernel or the matrix.
-pub fn run_vm(o: &Opts) -> Result<()> {
-    let started = Instant::now();
+/// QEMU, busybox and the unpackers of kernel packages.
+fn guest_tools() -> Result<()> {
     setup::apt_tools(&[
         ("qemu-system-x86_64", "qemu-system-x86"),
         ("busybox", "busybox-static"),
@@ -151,6 +150,26 @@ pub fn run_vm(o: &Opts) -> Result<()> {
         ("xz", "xz-utils"),
         ("zstd", "zstd"),
     ])?;
+    Ok(())
+}
+
+/// Boots the default guest kernel with `script` as its payload (after the
+/// usual prelude); returns the kernel package, its release and the
+/// console's lines. For guest-side benchmarks.
+pub fn run_script(script: &str, timeout: Duration) -> Result<(String, String, Vec<String>)> {
+    guest_tools()?;
+    let bins = build()?;
+    let k = kernel::prepare(&Spec::default_kernel(), &vm_dir())?;
+    let initrd = guest::initramfs(&vm_dir(), &bins, &[], &Payload::Script(script))?;
+    eprintln!("xtask: booting {} ({}) under QEMU (TCG, 4 vCPUs)", k.package, k.release);
+    let lines = guest::boot(&k.vmlinuz, &initrd, timeout, &format!("vm {}| ", k.release))?;
+    Ok((k.package, k.release, lines))
+}
+
+/// Runs the guest tests on one kernel or the matrix.
+pub fn run_vm(o: &Opts) -> Result<()> {
+    let started = Instant::now();
+    guest_tools()?;
     let bins = build()?;
     let specs: Vec<Spec> = match (&o.kernel, o.matrix) {
         (Some(k), _) => vec![Spec::Package(k.clone())],

@@ -8,7 +8,7 @@ mod tables;
 
 use std::sync::Arc;
 
-use profiler_common::{AggKey, AggVal, ContentionEvent, HIST_BUCKETS, YieldEvent, hist_bucket_low};
+use profiler_common::{AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, YieldEvent, hist_bucket_low};
 use rustc_hash::FxHashMap;
 
 pub use run::{Control, Handle, Msg, spawn};
@@ -141,25 +141,33 @@ impl Aggregator {
                 (hist_bucket_low(i), hi, u64::from(v.hist[i]))
             })
         };
+        let add = |s: &mut Stats| s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets());
+        if key.flags & AGG_HOLD != 0 {
+            self.fold_hold(LockKey::new(key.lock_addr, key.flags & !AGG_HOLD), key.stack_id, add);
+            return;
+        }
         let who = Waiter { stack_id: key.stack_id, tid: key.tid, tgid: key.tgid, comm: &v.comm };
-        self.fold(LockKey::new(key.lock_addr, key.flags), &who, v.count, |s| {
-            s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets())
-        });
+        self.fold(LockKey::new(key.lock_addr, key.flags), &who, v.count, add);
     }
 
-    /// A hold (wait_ns carries the hold time): into the lock's and the
-    /// acquirer stack's hold statistics. In aggregate mode the hold (streamed)
-    /// can arrive before its wait (drained every interval), so the lock and
-    /// caller rows are created here when missing, with no waits yet.
+    /// A streamed hold (wait_ns carries the hold time).
     fn ingest_hold(&mut self, ev: &ContentionEvent) {
-        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, LockKey::of(ev), self.tick);
-        lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)).record(ev.wait_ns);
-        let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, ev.stack_id);
+        self.fold_hold(LockKey::of(ev), ev.stack_id, |s| s.record(ev.wait_ns));
+    }
+
+    /// Applies `add` to the lock's and the acquirer stack's hold statistics.
+    /// A hold can arrive before its wait (holds and waits reach userspace
+    /// separately), so the lock and caller rows are created here when
+    /// missing, with no waits yet.
+    fn fold_hold(&mut self, key: LockKey, stack_id: i32, add: impl Fn(&mut Stats)) {
+        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, key, self.tick);
+        add(lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)));
+        let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, stack_id);
         if self.limits.max_idle.is_some() {
             lock.caller_touched.insert(sid, self.tick);
         }
         let h = lock.hold_callers.entry(sid).or_insert_with(|| Arc::new(Stats::new(DETAIL_SIGFIG)));
-        Arc::make_mut(h).record(ev.wait_ns);
+        add(Arc::make_mut(h));
     }
 
     /// Keeps `ev` if it is among the longest waits seen.

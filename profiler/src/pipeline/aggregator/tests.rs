@@ -148,6 +148,28 @@ fn holds_attach_to_the_lock_and_acquirer_stack() {
     assert_eq!(late.hold_callers[&4].count(), 1);
 }
 
+#[test]
+fn in_kernel_hold_aggregates_land_in_hold_statistics_not_waits() {
+    let mut a = Aggregator::new(Limits::default());
+    let wait_key = AggKey { lock_addr: 0x500, tid: 9, tgid: 9, flags: lcb::MUTEX | lcb::SPIN, stack_id: 2 };
+    let mut w = AggVal { count: 3, total_ns: 300, min_ns: 100, max_ns: 100, ..AggVal::default() };
+    w.hist[profiler_common::hist_bucket(100)] = 3;
+    a.ingest_agg(&wait_key, &w);
+    let hold_key = AggKey { flags: wait_key.flags | profiler_common::AGG_HOLD, ..wait_key };
+    let mut h = AggVal { count: 2, total_ns: 9_000, min_ns: 4_000, max_ns: 5_000, ..AggVal::default() };
+    h.hist[profiler_common::hist_bucket(4_000)] = 1;
+    h.hist[profiler_common::hist_bucket(5_000)] = 1;
+    a.ingest_agg(&hold_key, &h);
+    let s = a.snapshot();
+    assert_eq!(s.events, 3, "hold aggregates are not contentions");
+    assert_eq!(s.locks.len(), 1, "the hold lands on its wait's lock row");
+    let lock = s.locks.values().next().expect("one lock");
+    assert_eq!((lock.wait.count(), lock.wait.total_ns()), (3, 300));
+    let hold = lock.hold.as_ref().expect("hold stats");
+    assert_eq!((hold.count(), hold.total_ns(), hold.max_ns()), (2, 9_000, 5_000));
+    assert_eq!(lock.hold_callers[&2].count(), 2);
+}
+
 pub(crate) fn yield_ev(tid: u32, target: u32, ret: i32, latency_ns: u64, stack_id: i32) -> YieldEvent {
     let mut comm = [0u8; 16];
     comm[..8].copy_from_slice(b"vcpu-thr");

@@ -1,0 +1,128 @@
+//! Offsets of kernel structure members the programs read, found in the
+//! running kernel's BTF by userspace and written into `Config::layout`.
+
+/// Offset of a member the kernel lacks (the reads that need it are off).
+pub const UNKNOWN_OFFSET: u32 = u32::MAX;
+
+/// Member offsets (bytes; [`UNKNOWN_OFFSET`] when this kernel lacks the
+/// member) and the few sizes the programs need.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// `struct mutex` `owner` (the owner task pointer with flag bits; not on
+    /// PREEMPT_RT, whose mutex is an rt_mutex).
+    pub mutex_owner: u32,
+    /// `task_struct.__state` (`state` before 5.14): tells a mutex's first
+    /// optimistic spin (task running) from a woken sleeper's re-spin.
+    pub task_state: u32,
+    /// `task_struct.mm`.
+    pub task_mm: u32,
+    /// `task_struct.pi_lock`.
+    pub task_pi_lock: u32,
+    /// `task_struct.alloc_lock`.
+    pub task_alloc_lock: u32,
+    /// `task_struct.sighand`.
+    pub task_sighand: u32,
+    /// `task_struct.signal`.
+    pub task_signal: u32,
+    /// `task_struct.files`.
+    pub task_files: u32,
+    /// `task_struct.se.cfs_rq`: the run queue the task is queued on.
+    pub task_cfs_rq: u32,
+    /// `mm_struct.mmap_lock` (`mmap_sem` before 5.8).
+    pub mm_mmap_lock: u32,
+    /// `sighand_struct.siglock`.
+    pub sighand_siglock: u32,
+    /// `signal_struct.cred_guard_mutex`.
+    pub signal_cred_guard_mutex: u32,
+    /// `signal_struct.exec_update_lock` (`exec_update_mutex` before 5.11).
+    pub signal_exec_update_lock: u32,
+    /// `files_struct.file_lock`.
+    pub files_file_lock: u32,
+    /// `cfs_rq.rq` (group scheduling kernels; else the cfs_rq is inside the rq).
+    pub cfs_rq_rq: u32,
+    /// `rq.cfs` (used when `cfs_rq_rq` is unknown).
+    pub rq_cfs: u32,
+    /// `rq.__lock` (`lock` before 5.14).
+    pub rq_lock: u32,
+    /// `zone.lock`.
+    pub zone_lock: u32,
+    /// `zone.zone_pgdat`.
+    pub zone_pgdat: u32,
+    /// `pglist_data.node_zones`.
+    pub pgdat_node_zones: u32,
+    /// `sizeof(struct zone)`.
+    pub zone_size: u32,
+    /// Elements of `pglist_data.node_zones` (MAX_NR_ZONES).
+    pub nr_zones: u32,
+    /// `kmem_cache.name`.
+    pub cache_name: u32,
+    /// `kmem_cache.size` (object stride in its slab).
+    pub cache_size: u32,
+    /// `kmem_cache.object_size`.
+    pub cache_object_size: u32,
+    /// `kmem_cache.oo` (order in the high 16 bits).
+    pub cache_oo: u32,
+    /// `kmem_cache.red_left_pad` (unknown: 0 is assumed).
+    pub cache_red_left_pad: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
+}
+
+impl Layout {
+    /// Nothing known.
+    pub const UNKNOWN: Layout = Layout {
+        mutex_owner: UNKNOWN_OFFSET,
+        task_state: UNKNOWN_OFFSET,
+        task_mm: UNKNOWN_OFFSET,
+        task_pi_lock: UNKNOWN_OFFSET,
+        task_alloc_lock: UNKNOWN_OFFSET,
+        task_sighand: UNKNOWN_OFFSET,
+        task_signal: UNKNOWN_OFFSET,
+        task_files: UNKNOWN_OFFSET,
+        task_cfs_rq: UNKNOWN_OFFSET,
+        mm_mmap_lock: UNKNOWN_OFFSET,
+        sighand_siglock: UNKNOWN_OFFSET,
+        signal_cred_guard_mutex: UNKNOWN_OFFSET,
+        signal_exec_update_lock: UNKNOWN_OFFSET,
+        files_file_lock: UNKNOWN_OFFSET,
+        cfs_rq_rq: UNKNOWN_OFFSET,
+        rq_cfs: UNKNOWN_OFFSET,
+        rq_lock: UNKNOWN_OFFSET,
+        zone_lock: UNKNOWN_OFFSET,
+        zone_pgdat: UNKNOWN_OFFSET,
+        pgdat_node_zones: UNKNOWN_OFFSET,
+        zone_size: UNKNOWN_OFFSET,
+        nr_zones: UNKNOWN_OFFSET,
+        cache_name: UNKNOWN_OFFSET,
+        cache_size: UNKNOWN_OFFSET,
+        cache_object_size: UNKNOWN_OFFSET,
+        cache_oo: UNKNOWN_OFFSET,
+        cache_red_left_pad: UNKNOWN_OFFSET,
+        _pad: 0,
+    };
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout::UNKNOWN
+    }
+}
+
+/// Whether `off` is a known offset.
+#[inline(always)]
+pub const fn known(off: u32) -> bool {
+    off != UNKNOWN_OFFSET
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_all_u32_and_unknown_by_default() {
+        assert_eq!(core::mem::size_of::<Layout>(), 28 * 4);
+        assert!(!known(Layout::default().task_mm));
+        assert!(known(0));
+    }
+}

@@ -1,0 +1,12 @@
+//! Just enough of a BTF reader for what the programs and the naming need
+//! (aya 0.14 keeps its type lookups crate-private): member offsets of
+//! kernel structs ([`layout`]), kfunc ids, and the field a lock is inside
+//! an object ([`fields`]).
+
+mod fields;
+mod layout;
+mod types;
+
+pub use fields::{field_path, slab_struct};
+pub use layout::{kernel_blob, kernel_task_offsets, layout, task_offsets};
+pub use types::{BtfError, Types};
