@@ -24,6 +24,10 @@ const RWSEM_FLAGS: u64 = 0x07;
 const RWSEM_READER_SHIFT: u64 = 8;
 /// `rt_mutex_base.owner`: waiters are queued.
 const RT_MUTEX_HAS_WAITERS: u64 = 1;
+/// `qrwlock.cnts` (the first word of a non-RT `rwlock_t`): a writer holds it.
+const QW_LOCKED: u32 = 0xff;
+/// `qrwlock.cnts`: readers are counted from this bit up.
+const QR_SHIFT: u32 = 9;
 
 /// `obj` as a pointer to a BTF type `btf_id` the verifier knows (loads
 /// through it cannot fault), or 0 when the kfunc is unbound.
@@ -91,6 +95,15 @@ pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
             && let Some(h) = tracked_holder(lock)
         {
             return h;
+        }
+        if LockType::from_flags(flags) == LockType::Rwlock {
+            // No owner field, but the lock word tells readers from a writer.
+            // SAFETY: bpf_probe_read_kernel checks the address.
+            let cnts: u32 = unsafe { bpf_probe_read_kernel(lock as *const u32) }.unwrap_or_default();
+            if cnts & QW_LOCKED == 0 && cnts >> QR_SHIFT != 0 {
+                o.kind = owner::READERS;
+                o.tid = cnts >> QR_SHIFT;
+            }
         }
         return o;
     };

@@ -91,6 +91,9 @@ fn task_running(cfg: &Config) -> bool {
 /// A wait begins (`contention_begin`, or a probed slowpath's entry).
 /// `slab`: the program type may call the slab-cache kfunc (tracing programs).
 #[inline(always)]
+// Inserting by reference: a by-value argument would be copied to the
+// stack first, and the stack is what this function is short of.
+#[allow(clippy::needless_borrows_for_generic_args)]
 pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
     let cfg = config();
     if lock_addr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
@@ -103,65 +106,81 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
     identify(&cfg, lock_addr, flags, slab);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let wait = |stack_id| PendingWait {
-        begin_ns: now,
-        lock_addr,
-        flags,
-        stack_id,
-        tgid: ids.tgid,
-        tid: ids.tid,
-        owner: owner_of(&cfg, lock_addr, flags),
-    };
-
-    if is_spinning(flags) {
+    let key = task_key(ids.tid, ids.cpu);
+    // The one place a new wait is filled in (the slot, the task's entry, or
+    // this first entry of the task), so the owner and stack reads are
+    // inlined once: the probe-read path of kernels before 6.2 needs stack
+    // space for each, and the verifier's limit is 512 bytes.
+    let mut first = PendingWait::default();
+    let mut insert = false;
+    let target: &mut PendingWait = if is_spinning(flags) {
         let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
-        if merge_begin(slot, lock_addr, flags) {
-            *slot = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
+        if !merge_begin(slot, lock_addr, flags) {
+            return Ok(0);
         }
-        return Ok(0);
-    }
-    if flags == lcb::MUTEX | lcb::SPIN && task_running(&cfg) {
+        slot
+    } else if flags == lcb::MUTEX | lcb::SPIN && task_running(&cfg) {
         // A mutex's first optimistic spin: mutexes are not taken in
         // interrupts, so a busy slot is a wait whose end was never seen.
         let slot = spin_slot(MUTEX_SPIN_SLOT).ok_or(0u32)?;
         if slot.lock_addr != 0 {
             count(counter::STALE_SPIN);
         }
-        *slot = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
-        return Ok(0);
-    }
-
-    // A wait that may sleep: per task. A mutex that stops spinning to sleep
-    // carries its wait over from the spin slot.
-    let carried = spin_slot(MUTEX_SPIN_SLOT).and_then(|slot| {
-        if slot.lock_addr != lock_addr || slot.tid != ids.tid {
-            return None;
-        }
-        let mut w = *slot;
-        slot.lock_addr = 0;
-        w.flags |= flags;
-        count(counter::REPEATED_BEGIN);
-        Some(w)
-    });
-    let key = task_key(ids.tid, ids.cpu);
-    if let Some(entry) = task_entry(key) {
-        if let Some(w) = carried {
-            if entry.lock_addr == 0 {
-                *entry = w;
-            } else {
-                count(counter::NESTED);
+        slot
+    } else {
+        // A wait that may sleep: per task. A mutex that stops spinning to
+        // sleep carries its wait over from the spin slot.
+        let carried = spin_slot(MUTEX_SPIN_SLOT).filter(|s| s.lock_addr == lock_addr && s.tid == ids.tid);
+        match (carried, task_entry(key)) {
+            (Some(slot), entry) => {
+                count(counter::REPEATED_BEGIN);
+                slot.flags |= flags;
+                let r = match entry {
+                    Some(entry) if entry.lock_addr == 0 => {
+                        *entry = *slot;
+                        Ok(())
+                    }
+                    Some(_) => {
+                        count(counter::NESTED);
+                        Ok(())
+                    }
+                    // First contention of this task that may sleep.
+                    None => PENDING.insert(key, &*slot, u64::from(BPF_NOEXIST)),
+                };
+                slot.lock_addr = 0;
+                return pending_inserted(ctx, r);
             }
-        } else if merge_begin(entry, lock_addr, flags) {
-            *entry = wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid));
+            (None, Some(entry)) => {
+                if !merge_begin(entry, lock_addr, flags) {
+                    return Ok(0);
+                }
+                entry
+            }
+            // First contention of this task that may sleep: one insert for
+            // its lifetime.
+            (None, None) => {
+                insert = true;
+                &mut first
+            }
         }
-        return Ok(0);
-    }
-    // First contention of this task that may sleep: one insert for its lifetime.
-    let entry = match carried {
-        Some(w) => w,
-        None => wait(stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid)),
     };
-    if let Err(e) = PENDING.insert(key, entry, u64::from(BPF_NOEXIST)) {
+    target.begin_ns = now;
+    target.lock_addr = lock_addr;
+    target.flags = flags;
+    target.tgid = ids.tgid;
+    target.tid = ids.tid;
+    target.stack_id = stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid);
+    target.owner = owner_of(&cfg, lock_addr, flags);
+    if insert {
+        return pending_inserted(ctx, PENDING.insert(key, &first, u64::from(BPF_NOEXIST)));
+    }
+    Ok(0)
+}
+
+/// Counts (and warns once about) a failed insert into `PENDING`.
+#[inline(always)]
+fn pending_inserted<C: EbpfContext>(ctx: &C, r: Result<(), i32>) -> Result<u32, u32> {
+    if let Err(e) = r {
         if count(counter::PENDING_FULL) {
             warn!(ctx, "lockprof: pending-wait map insert failed: {}", e);
         }

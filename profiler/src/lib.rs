@@ -2,7 +2,8 @@
 //!
 //! Architecture, by folder, top down: `cli/` turns the command line into
 //! options (clap lives only there); `commands/` runs each subcommand;
-//! `tui/` is the live dashboard; `session/` drives one recording in phases;
+//! `tui/` is the live dashboard; `serve/` is the
+//! daemon's HTTP face (Prometheus metrics, pprof profiles); `session/` drives one recording in phases;
 //! `pipeline/` reads the ring buffer into typed records, aggregates them
 //! (its own loop, cheap snapshots) and builds profiles; `ebpf/` loads and
 //! attaches the kernel programs and probes features; `symbols/` resolves
@@ -19,6 +20,7 @@ pub mod pipeline;
 pub mod query;
 pub mod recording;
 pub mod report;
+pub mod serve;
 pub mod session;
 pub mod shutdown;
 pub mod symbols;

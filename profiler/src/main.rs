@@ -23,7 +23,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+    Ok(commands::runtime()?)
 }
 
 fn main() -> ExitCode {
@@ -56,6 +56,8 @@ fn main() -> ExitCode {
         Command::Report(a) => commands::report(a),
         Command::Doctor(a) => commands::doctor(a),
         Command::Stress(a) => commands::stress(a),
+        // Builds its runtime itself, once attached and unprivileged.
+        Command::Serve(a) => commands::serve(a, cli.verbose),
         Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a, cli.verbose))),
         Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a, cli.verbose))),
         Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a, cli.verbose))),

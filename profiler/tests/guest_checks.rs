@@ -35,10 +35,11 @@ fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockP
         hold: None,
         callers: vec![CallerProfile {
             caller: format!("{caller}+0x10"),
-            stack: vec!["__mutex_lock+0x5".into(), format!("{caller}+0x10"), "vfs_write+0x20".into()],
+            stack: vec!["__mutex_lock+0x5".into(), format!("{caller}+0x10"), "vfs_write+0x20".into()].into(),
             wait: stats(DETAIL_SIGFIG, &[1_000, 2_000]),
             hold: None,
-        }],
+        }]
+        .into(),
     }
 }
 
@@ -67,7 +68,7 @@ fn hold_check_fails_when_holds_did_not_attach() {
     assert!(checks::holds(&p, l, 2.0).expect_err("no holds recorded").contains("no hold recorded"));
     let mut p2 = p.clone();
     p2.locks[0].hold = Some(stats(LOCK_SIGFIG, &[500]));
-    p2.locks[0].callers[0].hold = Some(stats(DETAIL_SIGFIG, &[500]));
+    std::sync::Arc::make_mut(&mut p2.locks[0].callers)[0].hold = Some(stats(DETAIL_SIGFIG, &[500]));
     let l = checks::pipe_mutex(&p2).expect("pipe mutex");
     assert!(checks::holds(&p2, l, 2.0).expect_err("1 hold for 2 waits").contains("only 1 holds for 2"));
     p2.locks[0].hold = Some(stats(LOCK_SIGFIG, &[500, 700]));
@@ -79,7 +80,9 @@ fn hold_check_fails_when_holds_did_not_attach() {
 fn pipe_check_refuses_stacks_through_the_kretprobe_trampoline() {
     let mut p = profile(vec![lock(None, LockType::Mutex, LockMode::Exclusive, "anon_pipe_write")]);
     assert!(checks::pipe_waits(&p).is_ok());
-    p.locks[0].callers[0].stack.insert(1, "kretprobe_trampoline+0x0".into());
+    let mut stack = p.locks[0].callers[0].stack.to_vec();
+    stack.insert(1, "kretprobe_trampoline+0x0".into());
+    std::sync::Arc::make_mut(&mut p.locks[0].callers)[0].stack = stack.into();
     assert!(checks::pipe_waits(&p).expect_err("trampoline").contains("kretprobe trampoline"));
     let p = profile(vec![lock(None, LockType::Mutex, LockMode::Exclusive, "kretprobe_trampoline")]);
     assert!(checks::pipe_waits(&p).expect_err("no pipe caller").contains("no pipe mutex"));
@@ -230,7 +233,13 @@ fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
     mm.owners[1].wait_caused_ns = 1;
     assert!(checks::mmap_blame(&profile(vec![mm.clone()])).expect_err("sums").contains("sum to"));
     mm.owners = vec![owner(OwnerKind::Unknown, "[owner unknown]", 2, 3_000)];
-    assert!(checks::mmap_blame(&profile(vec![mm])).expect_err("no writer").contains("no mmap_lock waits blamed"));
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).expect_err("unknown").contains("no mmap_lock wait blamed"));
+    mm.owners = vec![owner(OwnerKind::Readers, "[acquired without a wait lockprof saw]", 2, 3_000)];
+    mm.owners[0].stack.clear();
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok(), "readers are a known owner");
+    mm.owners = vec![owner(OwnerKind::Task, "pipe_write+0x5", 2, 3_000)];
+    let elsewhere = checks::mmap_blame(&profile(vec![mm])).expect_err("not a writer path");
+    assert!(elsewhere.contains("took it elsewhere"), "{elsewhere}");
     let mut tl = lock(Some("tasklist_lock"), LockType::Rwlock, LockMode::Write, "copy_process");
     tl.owners = vec![owner(OwnerKind::Task, "__do_sys_setpgid+0x40", 2, 3_000)];
     assert!(checks::tasklist_blame(&profile(vec![tl]), false).is_ok());

@@ -297,7 +297,10 @@ fn classic_tracepoint_backend_records_too() {
     assert!(pipe.is_some(), "classic tracepoints: no pipe mutex");
     // Classic tracepoint stacks start at the slowpath: no trampoline frames to strip.
     assert!(
-        p.locks.iter().flat_map(|l| &l.callers).all(|c| c.stack.first().is_none_or(|f| !f.starts_with("bpf_prog_")))
+        p.locks
+            .iter()
+            .flat_map(|l| l.callers.iter())
+            .all(|c| c.stack.first().is_none_or(|f| !f.starts_with("bpf_prog_")))
     );
 }
 

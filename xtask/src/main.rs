@@ -57,6 +57,9 @@ enum Cmd {
         /// Only the rotation (written to target/bench.md, BENCHMARKS.md untouched).
         #[arg(long)]
         rotation_only: bool,
+        /// Seconds of the lockprof serve soak under pipe + fork/exit storms (0: skip it).
+        #[arg(long, default_value_t = 600)]
+        soak_secs: u64,
         /// Skip the guest-kernel measurements (hold timing under QEMU).
         #[arg(long)]
         no_guest: bool,
@@ -130,7 +133,7 @@ fn main() -> Result<()> {
         Cmd::VmTest { kernel, matrix, timeout } => {
             vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout) })
         }
-        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only, no_guest } => {
+        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only, soak_secs, no_guest } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
             }
@@ -153,6 +156,7 @@ fn main() -> Result<()> {
                 workloads,
                 variants,
                 rotation_only,
+                soak_secs,
                 guest: !no_guest && !rotation_only,
             })
         }

@@ -14,15 +14,18 @@ pub fn all() -> Result<()> {
     nightly()?;
     bpf_linker()?;
     tracefs();
-    apt_tools(&[("tmux", "tmux")])?;
+    // tmux drives the TUI test; promtool and prometheus (Debian's
+    // prometheus) and go (golang-go, for `go tool pprof`) read lockprof serve.
+    apt_tools(&[("tmux", "tmux"), ("promtool", "prometheus"), ("prometheus", "prometheus"), ("go", "golang-go")])?;
     Ok(())
 }
 
 /// Debian packages the tests drive (tmux for the TUI test), installed when
 /// missing and we are root; otherwise those tests skip and say why.
 pub fn apt_tools(tools: &[(&str, &str)]) -> Result<()> {
-    let missing: Vec<&str> =
+    let mut missing: Vec<&str> =
         tools.iter().filter(|(bin, _)| Command::new(bin).arg("-V").output().is_err()).map(|(_, pkg)| *pkg).collect();
+    missing.dedup();
     if missing.is_empty() {
         return Ok(());
     }
@@ -32,8 +35,11 @@ pub fn apt_tools(tools: &[(&str, &str)]) -> Result<()> {
     }
     eprintln!("xtask: installing {}", missing.join(", "));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends"]).args(&missing))
-        .context("apt-get install")?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing))
+    .context("apt-get install")?;
     Ok(())
 }
 

@@ -34,6 +34,22 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         locks: usize,
     },
+    /// The daemon's userspace path at N distinct (lock, stack) keys (no root):
+    /// aggregator, symbolized profiles, Prometheus exporter and window.
+    ServeMemory {
+        /// Distinct (lock, stack) keys.
+        #[arg(long, default_value_t = 100_000)]
+        keys: usize,
+        /// Distinct stacks among them (default: the default stack map's capacity).
+        #[arg(long, default_value_t = profiler_common::DEFAULT_STACK_ENTRIES as usize)]
+        stacks: usize,
+        /// Records per key.
+        #[arg(long, default_value_t = 20)]
+        per_key: usize,
+        /// The aggregator's cap on (lock, stack) rows (lockprof's default: --max-callers).
+        #[arg(long, default_value_t = lockprof::session::defaults::MAX_CALLERS)]
+        max_callers: usize,
+    },
     /// Time load + attach of the default wait backend.
     Attach {
         /// Repetitions.
@@ -111,6 +127,85 @@ fn pipeline(events: usize, stacks: usize, locks: usize) -> serde_json::Value {
     })
 }
 
+/// RSS of the whole serve path with `keys` distinct (lock, stack) keys
+/// over 1000 locks and `stacks` stacks of 12 frames (key k: lock k % 1000,
+/// stack k % stacks), two profiles folded into the exporter and the window
+/// (the second after every key grew again).
+fn serve_memory(keys: usize, stacks: usize, per_key: usize, max_callers: usize) -> serde_json::Value {
+    use std::{collections::HashMap, sync::Arc};
+
+    use lockprof::{
+        model::Meta,
+        pipeline::ProfileBuilder,
+        serve::{ServeOptions, State},
+        symbols::{Kallsyms, Resolver},
+    };
+    let rss_start = rss_kib();
+    let n_stacks = stacks.clamp(1, keys.max(1));
+    let stacks: HashMap<u32, Vec<u64>> = (0..n_stacks as u32)
+        .map(|i| (i, (0..12u64).map(|f| 0xffff_ffff_8100_0000 + f * 0x1_0000 + u64::from(i) * 16).collect()))
+        .collect();
+    let limits = Limits { max_callers, max_idle: Some(60), ..Limits::default() };
+    let mut agg = Aggregator::new(limits);
+    let mut builder = ProfileBuilder::new(Resolver::new(Arc::new(Kallsyms::default()), stacks));
+    let opts = ServeOptions {
+        listen: ([127, 0, 0, 1], 0).into(),
+        window: Duration::from_secs(60),
+        max_series: 100,
+        max_window_entries: 200_000,
+    };
+    let mut state = State::new(&opts);
+    let feed = |agg: &mut Aggregator, round: usize| {
+        for r in 0..per_key {
+            for k in 0..keys {
+                let ev = ContentionEvent {
+                    kind: EVENT_CONTENTION,
+                    cpu: 0,
+                    lock_addr: 0xffff_8880_0000_0000 + ((k % 1000) as u64) * 64,
+                    wait_ns: 200 + ((k * 31 + r * 7 + round) as u64 * 7_919) % 2_000_000,
+                    end_ns: 0,
+                    tid: 1000 + (k % 256) as u32,
+                    tgid: 1000,
+                    flags: lcb::MUTEX,
+                    stack_id: (k % n_stacks) as i32,
+                    comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+                    owner: Owner::default(),
+                };
+                agg.ingest(&ev);
+            }
+        }
+    };
+    let start = Instant::now();
+    feed(&mut agg, 0);
+    agg.age();
+    let p = Arc::new(builder.build(&agg.snapshot(), Meta::default()));
+    state.update(p, Instant::now());
+    feed(&mut agg, 1);
+    agg.age();
+    let p = Arc::new(builder.build(&agg.snapshot(), Meta::default()));
+    state.update(p.clone(), Instant::now());
+    let build_s = start.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let text = state.exporter.encode().map(|b| b.len()).unwrap_or(0);
+    let encode_ms = t.elapsed().as_secs_f64() * 1e3;
+    let callers: usize = p.locks.iter().map(|l| l.callers.len()).sum();
+    drop(p);
+    let rss = rss_kib();
+    json!({
+        "keys": keys,
+        "distinct_stacks": n_stacks,
+        "distinct_callers": callers,
+        "max_callers": max_callers,
+        "kept_callers": agg.callers(),
+        "window_rows": state.window.entries(),
+        "rss_kib": rss,
+        "rss_growth_kib": rss.saturating_sub(rss_start),
+        "build_seconds": build_s,
+        "metrics_bytes": text,
+        "metrics_encode_ms": encode_ms,
+    })
+}
+
 fn attach(rounds: usize) -> anyhow::Result<serde_json::Value> {
     let mut times = Vec::new();
     for _ in 0..rounds.max(1) {
@@ -141,6 +236,7 @@ async fn floor(duration: Option<f64>) -> anyhow::Result<serde_json::Value> {
 fn main() -> anyhow::Result<()> {
     let out = match Cli::parse().cmd {
         Cmd::Pipeline { events, stacks, locks } => pipeline(events, stacks, locks),
+        Cmd::ServeMemory { keys, stacks, per_key, max_callers } => serve_memory(keys, stacks, per_key, max_callers),
         Cmd::Attach { rounds } => attach(rounds)?,
         Cmd::Floor { duration } => {
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(floor(duration))?

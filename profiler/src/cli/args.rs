@@ -11,6 +11,7 @@ use crate::{
     export::Metric,
     query::SortKey,
     report::{By, Format, GroupBy},
+    serve::defaults as serve_defaults,
     session::{Mode, defaults},
     workload::Workload,
 };
@@ -42,6 +43,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Generate lock contention (pipe, fork, unlink, prio, mmap, pgrp) for demos, tests and benchmarks.
     Stress(StressArgs),
+    /// Daemon: serve Prometheus metrics and pprof profiles over HTTP until SIGINT/SIGTERM (needs root to start).
+    Serve(ServeArgs),
 }
 
 /// What to trace and how: shared by every command that records (one
@@ -201,6 +204,25 @@ pub struct FlamegraphArgs {
     #[arg(long)]
     pub offsets: bool,
     /// What to trace and how with --duration (--type also selects the locks drawn from a recording).
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+/// `lockprof serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where to serve HTTP. Only loopback by default: any other address lets
+    /// whoever reaches it read lock names and kernel stacks (logged at start).
+    #[arg(long, value_name = "ADDR:PORT", default_value = serve_defaults::LISTEN, value_parser = values::listen)]
+    pub listen: std::net::SocketAddr,
+    /// Seconds of history kept for `/debug/pprof/...?seconds=N` (N up to this).
+    #[arg(long, value_name = "SECS", default_value_t = serve_defaults::WINDOW_S,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub window: u64,
+    /// Locks with Prometheus series of their own (the most wait recently); the others are summed as lock="[other]".
+    #[arg(long, value_name = "N", default_value_t = serve_defaults::MAX_SERIES, value_parser = values::max_series)]
+    pub max_series: usize,
+    /// What to trace and how.
     #[command(flatten)]
     pub session: SessionArgs,
 }

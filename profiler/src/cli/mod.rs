@@ -5,7 +5,8 @@ mod args;
 pub mod values;
 
 pub use args::{
-    Cli, Command, DoctorArgs, FlamegraphArgs, RecordArgs, ReportArgs, SessionArgs, StressArgs, TopArgs, ViewArgs,
+    Cli, Command, DoctorArgs, FlamegraphArgs, RecordArgs, ReportArgs, ServeArgs, SessionArgs, StressArgs, TopArgs,
+    ViewArgs,
 };
 
 use crate::{
@@ -14,6 +15,7 @@ use crate::{
     pipeline::Limits,
     query::Query,
     report::ReportOptions,
+    serve::{ServeOptions, defaults as serve_defaults},
     session::{Mode, SessionOptions, defaults},
 };
 
@@ -93,6 +95,31 @@ impl TryFrom<&SessionArgs> for SessionOptions {
     }
 }
 
+impl From<&ServeArgs> for ServeOptions {
+    fn from(a: &ServeArgs) -> ServeOptions {
+        ServeOptions {
+            listen: a.listen,
+            window: std::time::Duration::from_secs(a.window),
+            max_series: a.max_series,
+            max_window_entries: serve_defaults::MAX_WINDOW_ENTRIES,
+        }
+    }
+}
+
+impl ServeArgs {
+    /// The session options of `record`, plus ageing: a daemon drops lock,
+    /// (lock, stack) and task rows idle for the window (at least a minute),
+    /// so its tables follow the live locks, stacks and threads for weeks.
+    /// It exports nothing per thread, so it keeps fewer thread rows.
+    pub fn session_options(&self) -> Result<SessionOptions, UsageError> {
+        let mut o = SessionOptions::try_from(&self.session)?;
+        o.limits.max_tasks = serve_defaults::MAX_TASKS;
+        let idle = std::time::Duration::from_secs(self.window.max(60));
+        o.limits.max_idle = Some((idle.as_secs_f64() / o.publish_interval.as_secs_f64()).ceil() as u64);
+        Ok(o)
+    }
+}
+
 impl From<&ViewArgs> for ReportOptions {
     fn from(v: &ViewArgs) -> ReportOptions {
         ReportOptions {
@@ -165,5 +192,39 @@ mod tests {
         let Command::Flamegraph(f) = cli.command else { panic!("not flamegraph") };
         assert_eq!(SessionOptions::try_from(&f.session).expect("fg options").load.config, rec.load.config);
         assert_eq!(f.session.live_only_changes(), ["--no-yield-to", "--mode", "--stack-rate"]);
+        let cli = Cli::try_parse_from(["lockprof", "serve"].iter().chain(&args)).expect("serve");
+        let Command::Serve(s) = cli.command else { panic!("not serve") };
+        let so = s.session_options().expect("serve options");
+        assert_eq!(so.load.config, rec.load.config);
+        assert_eq!(so.limits.max_idle, Some(60), "a daemon ages idle rows");
+        assert_eq!(so.limits.max_tasks, 1_000);
+        assert_eq!(rec.limits.max_idle, None, "record keeps every row");
+    }
+
+    #[test]
+    fn serve_defaults_to_loopback_and_takes_its_limits() {
+        let cli = Cli::try_parse_from(["lockprof", "serve"]).expect("serve");
+        let Command::Serve(s) = cli.command else { panic!("not serve") };
+        let o = ServeOptions::from(&s);
+        assert_eq!(o.listen.to_string(), "127.0.0.1:9464");
+        assert!(o.listen.ip().is_loopback());
+        assert_eq!((o.window.as_secs(), o.max_series), (60, 100));
+        let cli = Cli::try_parse_from([
+            "lockprof",
+            "serve",
+            "--listen",
+            "0.0.0.0:9000",
+            "--window",
+            "120",
+            "--max-series",
+            "5",
+        ])
+        .expect("serve");
+        let Command::Serve(s) = cli.command else { panic!("not serve") };
+        assert_eq!(s.session_options().expect("opts").limits.max_idle, Some(120));
+        assert_eq!(ServeOptions::from(&s).max_series, 5);
+        for bad in [&["--window", "0"][..], &["--max-series", "0"], &["--listen", "9464"]] {
+            assert!(Cli::try_parse_from(["lockprof", "serve"].iter().chain(bad)).is_err(), "{bad:?}");
+        }
     }
 }

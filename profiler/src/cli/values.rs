@@ -123,6 +123,21 @@ pub fn threads(s: &str) -> Result<usize, String> {
     }
 }
 
+/// A listening address: `ADDR:PORT` with an IP address (`[::1]:9464` for IPv6).
+pub fn listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("must be ADDR:PORT with an IP address, e.g. 127.0.0.1:9464 or 0.0.0.0:9464, not {s:?}"))
+}
+
+/// A series cap: 1 to 10000.
+pub fn max_series(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if (1..=10_000).contains(&v) => Ok(v),
+        _ => Err(format!("must be a whole number from 1 to 10000, not {s:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +171,11 @@ mod tests {
         assert_eq!(interval("0.1"), Ok(0.1));
         assert!(threads("0").is_err() && threads("1025").is_err() && threads("-2").is_err());
         assert_eq!(threads("4"), Ok(4));
+        assert_eq!(listen("127.0.0.1:9464").map(|a| a.port()), Ok(9464));
+        assert!(listen("[::1]:80").is_ok_and(|a| a.ip().is_loopback()));
+        assert!(listen(":9464").is_err() && listen("localhost:9464").is_err() && listen("1.2.3.4").is_err());
+        assert!(max_series("0").is_err() && max_series("10001").is_err());
+        assert_eq!(max_series("5"), Ok(5));
         assert_eq!(lock_type("rwlock_t"), Ok(LockType::Rwlock));
         assert!(lock_type("semaphore").is_err_and(|e| e.contains("known types: unknown, spinlock")));
     }

@@ -4,6 +4,7 @@ mod doctor;
 mod flamegraph;
 mod record;
 mod report;
+mod serve;
 mod stress;
 mod top;
 
@@ -11,12 +12,18 @@ pub use doctor::{doctor, render_doctor};
 pub use flamegraph::flamegraph;
 pub use record::record;
 pub use report::report;
+pub use serve::serve;
 pub use stress::stress;
 pub use top::top;
 
 use std::io::Write;
 
 pub use crate::cli::UsageError;
+
+/// The runtime every live command runs on.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+}
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print_stdout(s: &str) -> std::io::Result<()> {

@@ -172,7 +172,7 @@ pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportE
     for l in which.locks(p) {
         let label = labels.get(&l.addr).map_or(l.display_name(), String::as_str);
         let lock_frame = clean(&format!("{label} [{}]", l.type_label()), true);
-        for c in &l.callers {
+        for c in l.callers.iter() {
             let w = weight(l, c, o.metric)?;
             if w == 0 {
                 continue;

@@ -5,7 +5,7 @@ mod pprof;
 mod svg;
 
 pub use folded::{FoldOptions, Metric, folded_lines};
-pub use pprof::{encode_pprof, pprof_profile, proto};
+pub use pprof::{PprofHeader, PprofSample, SampleTypes, build_pprof, encode_pprof, gzip_pprof, pprof_profile, proto};
 pub use svg::{SvgOptions, diff_svg, svg};
 
 /// Export errors.

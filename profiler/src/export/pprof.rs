@@ -184,56 +184,131 @@ impl Builder {
     }
 }
 
-/// The profile as pprof messages (not yet encoded).
-pub fn pprof_profile(profile: &Profile) -> proto::Profile {
+/// What a profile's samples measure: (type, unit) per value, and the
+/// default type shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleTypes {
+    /// (type, unit) of each value of a sample.
+    pub types: Vec<(&'static str, &'static str)>,
+    /// The type viewers show first.
+    pub default: &'static str,
+}
+
+impl SampleTypes {
+    /// Go's mutex profile: `contentions/count` and `delay/nanoseconds`.
+    pub fn mutex() -> SampleTypes {
+        SampleTypes { types: vec![("contentions", "count"), ("delay", "nanoseconds")], default: "delay" }
+    }
+}
+
+/// The whole-profile facts of a pprof profile.
+#[derive(Clone, Debug)]
+pub struct PprofHeader {
+    /// Sample types.
+    pub types: SampleTypes,
+    /// Start, ns since the epoch.
+    pub time_nanos: i64,
+    /// Length, ns.
+    pub duration_nanos: i64,
+    /// One comment line.
+    pub comment: String,
+}
+
+impl PprofHeader {
+    /// The header of a recording's profile with `types`.
+    pub fn of(profile: &Profile, types: SampleTypes) -> PprofHeader {
+        PprofHeader {
+            types,
+            time_nanos: (profile.meta.started_unix_s as i64).saturating_mul(1_000_000_000),
+            duration_nanos: (profile.meta.duration_s * 1e9) as i64,
+            comment: format!(
+                "lockprof {} on {} ({}, {} mode)",
+                env!("CARGO_PKG_VERSION"),
+                profile.meta.kernel,
+                profile.meta.backend,
+                profile.meta.mode
+            ),
+        }
+    }
+}
+
+/// One sample: a lock, a stack (innermost first) and its values.
+#[derive(Clone, Debug)]
+pub struct PprofSample<'a> {
+    /// Lock name (label `lock`).
+    pub lock: &'a str,
+    /// Type label (label `lock_type`).
+    pub lock_type: &'a str,
+    /// Lock address (label `lock_addr`).
+    pub addr: u64,
+    /// Frames, innermost first (never empty: the caller alone when unknown).
+    pub frames: &'a [String],
+    /// One value per sample type.
+    pub values: Vec<i64>,
+}
+
+/// Builds pprof messages from samples.
+pub fn build_pprof<'a>(h: &PprofHeader, samples: impl IntoIterator<Item = PprofSample<'a>>) -> proto::Profile {
     let mut b = Builder::default();
     b.s("");
-    let (contentions, count, delay, ns) = (b.s("contentions"), b.s("count"), b.s("delay"), b.s("nanoseconds"));
-    b.p.sample_type =
-        vec![proto::ValueType { r#type: contentions, unit: count }, proto::ValueType { r#type: delay, unit: ns }];
-    b.p.period_type = Some(proto::ValueType { r#type: contentions, unit: count });
+    b.p.sample_type = h.types.types.iter().map(|(t, u)| proto::ValueType { r#type: b.s(t), unit: b.s(u) }).collect();
+    b.p.period_type = b.p.sample_type.first().cloned();
     b.p.period = 1;
-    b.p.default_sample_type = delay;
+    b.p.default_sample_type = b.s(h.types.default);
     let kernel = b.s("[kernel.kallsyms]");
     b.p.mapping = vec![proto::Mapping { id: 1, filename: kernel, has_functions: true }];
-    b.p.time_nanos = (profile.meta.started_unix_s as i64).saturating_mul(1_000_000_000);
-    b.p.duration_nanos = (profile.meta.duration_s * 1e9) as i64;
-    let comment = format!(
-        "lockprof {} on {} ({}, {} mode)",
-        env!("CARGO_PKG_VERSION"),
-        profile.meta.kernel,
-        profile.meta.backend,
-        profile.meta.mode
-    );
-    let c = b.s(&comment);
+    b.p.time_nanos = h.time_nanos;
+    b.p.duration_nanos = h.duration_nanos;
+    let c = b.s(&h.comment);
     b.p.comment = vec![c];
     let (k_lock, k_type, k_addr) = (b.s("lock"), b.s("lock_type"), b.s("lock_addr"));
-    for l in &profile.locks {
-        let (lock, ty, addr) = (b.s(l.display_name()), b.s(&l.type_label()), b.s(&format!("{:#x}", l.addr)));
-        for c in &l.callers {
-            let frames: Vec<&str> =
-                if c.stack.is_empty() { vec![c.caller.as_str()] } else { c.stack.iter().map(String::as_str).collect() };
-            let location_id = frames.iter().map(|f| b.location(f)).collect();
-            b.p.sample.push(proto::Sample {
-                location_id,
-                value: vec![c.wait.count() as i64, c.wait.total_ns().min(i64::MAX as u64) as i64],
-                label: vec![
-                    proto::Label { key: k_lock, str: lock, num: 0 },
-                    proto::Label { key: k_type, str: ty, num: 0 },
-                    proto::Label { key: k_addr, str: addr, num: 0 },
-                ],
-            });
-        }
+    for smp in samples {
+        let (lock, ty, addr) = (b.s(smp.lock), b.s(smp.lock_type), b.s(&format!("{:#x}", smp.addr)));
+        let location_id = smp.frames.iter().map(|f| b.location(f)).collect();
+        b.p.sample.push(proto::Sample {
+            location_id,
+            value: smp.values,
+            label: vec![
+                proto::Label { key: k_lock, str: lock, num: 0 },
+                proto::Label { key: k_type, str: ty, num: 0 },
+                proto::Label { key: k_addr, str: addr, num: 0 },
+            ],
+        });
     }
     b.p
 }
 
+fn ns(v: u64) -> i64 {
+    v.min(i64::MAX as u64) as i64
+}
+
+/// The profile as pprof messages (not yet encoded): Go's mutex profile
+/// types, one sample per (lock, caller stack).
+pub fn pprof_profile(profile: &Profile) -> proto::Profile {
+    let header = PprofHeader::of(profile, SampleTypes::mutex());
+    let types: Vec<String> = profile.locks.iter().map(|l| l.type_label()).collect();
+    let samples = profile.locks.iter().zip(&types).flat_map(|(l, ty)| {
+        l.callers.iter().map(move |c| PprofSample {
+            lock: l.display_name(),
+            lock_type: ty,
+            addr: l.addr,
+            frames: if c.stack.is_empty() { std::slice::from_ref(&c.caller) } else { &c.stack },
+            values: vec![ns(c.wait.count()), ns(c.wait.total_ns())],
+        })
+    });
+    build_pprof(&header, samples)
+}
+
+/// Gzipped, encoded pprof messages.
+pub fn gzip_pprof(p: &proto::Profile) -> std::io::Result<Vec<u8>> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&p.encode_to_vec())?;
+    gz.finish()
+}
+
 /// Gzipped, encoded pprof profile.
 pub fn encode_pprof(profile: &Profile) -> std::io::Result<Vec<u8>> {
-    let bytes = pprof_profile(profile).encode_to_vec();
-    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
-    gz.write_all(&bytes)?;
-    gz.finish()
+    gzip_pprof(&pprof_profile(profile))
 }
 
 #[cfg(test)]

@@ -31,8 +31,9 @@ pub fn grouped_by_name(p: &Profile) -> Profile {
                         None => g.hold = Some(h.clone()),
                     }
                 }
-                for c in &l.callers {
-                    match g.callers.iter_mut().find(|gc| gc.stack == c.stack) {
+                let mut callers = g.callers.to_vec();
+                for c in l.callers.iter() {
+                    match callers.iter_mut().find(|gc| gc.stack == c.stack) {
                         Some(gc) => {
                             gc.wait.merge(&c.wait);
                             if let Some(h) = &c.hold {
@@ -42,9 +43,10 @@ pub fn grouped_by_name(p: &Profile) -> Profile {
                                 }
                             }
                         }
-                        None => g.callers.push(c.clone()),
+                        None => callers.push(c.clone()),
                     }
                 }
+                g.callers = callers.into();
                 if g.slab != l.slab {
                     g.slab = None;
                 }
@@ -53,7 +55,8 @@ pub fn grouped_by_name(p: &Profile) -> Profile {
     }
     let mut locks: Vec<LockProfile> = groups.into_values().collect();
     for g in &mut locks {
-        g.callers.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then_with(|| a.caller.cmp(&b.caller)));
+        std::sync::Arc::make_mut(&mut g.callers)
+            .sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then_with(|| a.caller.cmp(&b.caller)));
     }
     locks.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.addr.cmp(&b.addr)));
     Profile { locks, ..p.clone() }
@@ -83,7 +86,13 @@ mod tests {
             rt_base: None,
             wait: s.clone(),
             hold: None,
-            callers: vec![CallerProfile { caller: "f+0x1".into(), stack: vec!["f+0x1".into()], wait: s, hold: None }],
+            callers: vec![CallerProfile {
+                caller: "f+0x1".into(),
+                stack: vec!["f+0x1".into()].into(),
+                wait: s,
+                hold: None,
+            }]
+            .into(),
         }
     }
 

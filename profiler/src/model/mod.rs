@@ -2,6 +2,7 @@
 //! and the resolved [`Profile`] that reports, recordings and exports read.
 
 mod grouping;
+mod histogram;
 mod kind;
 mod profile;
 mod stats;
@@ -10,7 +11,8 @@ mod yields;
 pub use grouping::grouped_by_name;
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{
-    CallerProfile, LockProfile, Meta, NameSource, OwnerKind, OwnerProfile, Profile, SlowWait, TaskProfile,
+    CallerProfile, Callers, Frames, LockProfile, Meta, NameSource, OwnerKind, OwnerProfile, Profile, SlowWait,
+    TaskProfile,
 };
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};
 pub use yields::{RqContention, YieldCaller, YieldPair, YieldProfile, YieldStats};

@@ -100,7 +100,7 @@ pub struct LockProfile {
     /// Hold times of contended acquisitions, when the backend sees releases.
     pub hold: Option<Stats>,
     /// Waiters grouped by kernel stack, largest total wait first.
-    pub callers: Vec<CallerProfile>,
+    pub callers: Callers,
     /// Blame: the waits each owner caused, largest first; the `unknown` row
     /// holds the rest, so the rows sum to the lock's waits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -171,13 +171,20 @@ impl LockProfile {
 pub struct CallerProfile {
     /// First frame outside the locking internals, `function+0xoff`.
     pub caller: String,
-    /// Symbolized frames, innermost first.
-    pub stack: Vec<String>,
+    /// Symbolized frames, innermost first (shared with the symbol cache:
+    /// a daemon holds many profiles' worth of callers).
+    pub stack: Frames,
     /// Wait times.
     pub wait: Stats,
     /// Hold times, when the backend sees releases.
     pub hold: Option<Stats>,
 }
+
+/// A lock's callers, shared by the profiles that did not change them.
+pub type Callers = std::sync::Arc<[CallerProfile]>;
+
+/// Symbolized frames, innermost first, shared rather than copied.
+pub type Frames = std::sync::Arc<[String]>;
 
 /// Waits of one thread.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,13 +1,27 @@
-//! Latency statistics: count, total, min, max and an HDR histogram for quantiles.
+//! Latency statistics: count, total, min, max and a sparse, capped
+//! histogram for quantiles (a few hundred bytes per caller or task at most,
+//! whatever the spread of values).
 
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Histogram precision (significant figures) for per-lock statistics.
+use super::histogram::SparseHistogram;
+
+/// Histogram precision (significant figures) for per-lock statistics:
+/// buckets under 1% wide, at most 512 of them (4 KiB).
 pub const LOCK_SIGFIG: u8 = 2;
 /// Histogram precision for per-caller and per-task statistics: coarser, since
-/// there can be tens of thousands of them (about 1 KiB each at this precision).
+/// there can be tens of thousands of them (buckets at most 1/16 of their
+/// value wide, at most 48 of them: 384 bytes).
 pub const DETAIL_SIGFIG: u8 = 1;
+
+/// (sub-bucket bits, bucket cap) of a precision.
+fn shape(sigfig: u8) -> (u8, u16) {
+    match sigfig {
+        0 | 1 => (4, 48),
+        2 => (7, 512),
+        _ => (9, 1024),
+    }
+}
 
 /// Wait (or hold) time statistics in nanoseconds.
 #[derive(Clone, Debug)]
@@ -16,17 +30,16 @@ pub struct Stats {
     total_ns: u64,
     min_ns: u64,
     max_ns: u64,
-    hist: Histogram<u64>,
+    sigfig: u8,
+    hist: SparseHistogram,
 }
 
 impl Stats {
-    /// Empty statistics whose histogram keeps `sigfig` significant figures.
+    /// Empty statistics whose histogram keeps about `sigfig` significant figures.
     pub fn new(sigfig: u8) -> Stats {
-        let sigfig = sigfig.clamp(1, 5);
-        // new() only fails for sigfig > 5, excluded by the clamp; auto-resizing
-        // histograms grow to any value, so record() cannot fail either.
-        let hist = Histogram::new(sigfig).expect("sigfig in 1..=5 is always valid");
-        Stats { count: 0, total_ns: 0, min_ns: 0, max_ns: 0, hist }
+        let sigfig = sigfig.clamp(1, 3);
+        let (sub_bits, cap) = shape(sigfig);
+        Stats { count: 0, total_ns: 0, min_ns: 0, max_ns: 0, sigfig, hist: SparseHistogram::new(sub_bits, cap) }
     }
 
     /// Records one observation.
@@ -45,8 +58,7 @@ impl Stats {
         self.max_ns = self.max_ns.max(ns);
         self.count += n;
         self.total_ns = self.total_ns.saturating_add(ns.saturating_mul(n));
-        // Auto-resizing histograms accept any u64; saturate rather than fail.
-        let _ = self.hist.record_n(ns, n);
+        self.hist.record_n(ns, n);
     }
 
     /// Adds pre-aggregated waits: exact count, total, min and max, and a
@@ -66,7 +78,7 @@ impl Stats {
         for (lo, hi, n) in buckets {
             if n > 0 {
                 let mid = lo / 2 + hi / 2;
-                let _ = self.hist.record_n(mid.clamp(min_ns, max_ns), n);
+                self.hist.record_n(mid.clamp(min_ns, max_ns), n);
             }
         }
         if self.count == 0 || min_ns < self.min_ns {
@@ -88,7 +100,7 @@ impl Stats {
         self.max_ns = self.max_ns.max(other.max_ns);
         self.count += other.count;
         self.total_ns = self.total_ns.saturating_add(other.total_ns);
-        let _ = self.hist.add(&other.hist);
+        self.hist.merge(&other.hist);
     }
 
     /// Number of observations.
@@ -117,29 +129,32 @@ impl Stats {
         if self.count == 0 {
             return 0;
         }
-        self.hist.value_at_quantile(q.clamp(0.0, 1.0)).clamp(self.min_ns, self.max_ns)
+        self.hist.quantile(q).unwrap_or(0).clamp(self.min_ns, self.max_ns)
     }
 
-    /// Approximate bytes of heap this holds (histogram counts).
+    /// Approximate bytes of heap this holds (histogram buckets).
     pub fn heap_bytes(&self) -> usize {
-        self.hist.distinct_values() * std::mem::size_of::<u64>()
+        self.hist.heap_bytes()
     }
 
-    /// Non-empty histogram buckets as (highest value equivalent, count).
+    /// Non-empty histogram buckets as (highest value in the bucket, count).
     pub fn buckets(&self) -> Vec<(u64, u64)> {
-        self.hist
-            .iter_recorded()
-            .map(|v| (self.hist.highest_equivalent(v.value_iterated_to()), v.count_at_value()))
-            .collect()
+        self.hist.buckets().map(|(_, hi, n)| (hi, n)).collect()
+    }
+
+    /// Observations at or below `ns`, exact when `ns + 1` is a power of two
+    /// (buckets never straddle one).
+    pub fn count_at_or_below(&self, ns: u64) -> u64 {
+        self.hist.buckets().take_while(|b| b.1 <= ns).map(|b| b.2).sum()
     }
 
     fn sigfig(&self) -> u8 {
-        self.hist.sigfig()
+        self.sigfig
     }
 
     /// The histogram precision these statistics were created with.
     pub fn sigfig_of(&self) -> u8 {
-        self.hist.sigfig()
+        self.sigfig
     }
 }
 
@@ -181,7 +196,7 @@ impl<'de> Deserialize<'de> for Stats {
         }
         let mut st = Stats::new(r.sigfig);
         for (v, c) in r.buckets {
-            let _ = st.hist.record_n(v, c);
+            st.hist.record_n(v, c);
         }
         st.count = r.count;
         st.total_ns = r.total_ns;
@@ -291,5 +306,38 @@ mod tests {
         assert_eq!(s.total_ns(), u64::MAX, "totals saturate");
         assert_eq!(s.max_ns(), u64::MAX / 2);
         assert_eq!(s.quantile_ns(0.99), u64::MAX / 2);
+    }
+
+    #[test]
+    fn detail_statistics_stay_small_whatever_the_spread() {
+        let mut s = Stats::new(DETAIL_SIGFIG);
+        for i in 0..100_000u64 {
+            s.record(100 + (i * 7_919) % 50_000_000);
+        }
+        assert!(s.heap_bytes() <= 48 * 8, "{} bytes", s.heap_bytes());
+        assert_eq!(s.count(), 100_000);
+        let p50 = s.quantile_ns(0.5) as f64;
+        assert!((p50 - 25_000_000.0).abs() < 25_000_000.0 * 0.3, "p50 {p50}");
+    }
+
+    #[test]
+    fn counts_below_powers_of_two_are_exact() {
+        let mut s = Stats::new(DETAIL_SIGFIG);
+        for v in [1_000u64, 1_023, 1_024, 1_025, 4_000, 70_000] {
+            s.record(v);
+        }
+        assert_eq!(s.count_at_or_below(1_023), 2);
+        assert_eq!(s.count_at_or_below(4_095), 5);
+        assert_eq!(s.count_at_or_below(u64::MAX), 6);
+    }
+
+    #[test]
+    fn recordings_written_with_hdr_histograms_still_load() {
+        // The format is unchanged: (bucket's highest value, count) pairs.
+        let old = r#"{"count":4,"total_ns":4100,"min_ns":100,"max_ns":2000,"sigfig":2,"buckets":[[100,1],[1003,2],[2007,1]]}"#;
+        let s: Stats = serde_json::from_str(old).expect("old recording");
+        assert_eq!((s.count(), s.total_ns(), s.max_ns()), (4, 4100, 2000));
+        let p50 = s.quantile_ns(0.5);
+        assert!((990..=1010).contains(&p50), "{p50}");
     }
 }

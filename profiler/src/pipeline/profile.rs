@@ -9,8 +9,8 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
-        CallerProfile, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait, Stats, TaskProfile,
-        YieldCaller, YieldPair, YieldProfile,
+        CallerProfile, Frames, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait, Stats,
+        TaskProfile, YieldCaller, YieldPair, YieldProfile,
     },
     symbols::{
         Identities, Kallsyms, NoIdentities, Resolver, StackSource, frame_fn, lock_class, name_lock, rt_base,
@@ -27,7 +27,7 @@ const YIELD_PATH_FRAMES: usize = 4;
 /// pairs named, and the run-queue lock waits whose stacks pass through
 /// `yield_to` (tracepoint backends see `double_rq_lock` contention).
 fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks: &[LockProfile]) -> YieldProfile {
-    let mut by_stack: BTreeMap<Vec<String>, YieldCaller> = BTreeMap::new();
+    let mut by_stack: BTreeMap<Frames, YieldCaller> = BTreeMap::new();
     for (sid, stats) in &y.callers {
         let rs = resolver.stack(*sid);
         let (caller, path) = match yield_caller_index(&rs.frames) {
@@ -40,7 +40,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
         by_stack.entry(rs.group_key()).and_modify(|c| c.stats.merge(stats)).or_insert_with(|| YieldCaller {
             caller,
             path,
-            stack: rs.frames.clone(),
+            stack: rs.frames.to_vec(),
             stats: stats.clone(),
         });
     }
@@ -88,11 +88,13 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
     }
     let mut merged: BTreeMap<(u32, Vec<String>, String), OwnerProfile> = BTreeMap::new();
     for (who, b) in &agg.blame {
-        let (caller, stack) = if who.stack_id == STACK_SKIPPED {
+        let (caller, stack) = if who.owner_tid == 0 {
+            ("[held by readers]".to_string(), Vec::new())
+        } else if who.stack_id == STACK_SKIPPED {
             ("[acquired without a wait lockprof saw]".to_string(), Vec::new())
         } else {
             let rs = resolver.stack(who.stack_id);
-            (rs.caller.clone(), rs.frames.clone())
+            (rs.caller.clone(), rs.frames.to_vec())
         };
         let kind = if who.owner_tid == 0 { OwnerKind::Readers } else { OwnerKind::Task };
         let mut comm = comm_str(&b.comm);
@@ -142,7 +144,7 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
 /// One lock's profile: callers symbolized and merged by stack, named.
 fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> LockProfile {
     // Callers with the same symbolized stack are merged.
-    let mut by_stack: BTreeMap<Vec<String>, CallerProfile> = BTreeMap::new();
+    let mut by_stack: BTreeMap<Frames, CallerProfile> = BTreeMap::new();
     let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
     for (sid, stats) in &agg.callers {
         let rs = resolver.stack(*sid);
@@ -187,7 +189,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
-        callers,
+        callers: callers.into(),
     }
 }
 
@@ -261,6 +263,9 @@ impl<S: StackSource> ProfileBuilder<S> {
             ("lock_keys_overflow", snap.overflow.locks),
             ("caller_keys_overflow", snap.overflow.callers),
             ("task_keys_overflow", snap.overflow.tasks),
+            ("lock_rows_aged", snap.overflow.aged_locks),
+            ("task_rows_aged", snap.overflow.aged_tasks),
+            ("caller_rows_aged", snap.overflow.aged_callers),
         ] {
             meta.drops.insert(name.to_string(), n);
         }
@@ -311,7 +316,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                     tgid: ev.tgid,
                     comm: comm_str(&ev.comm),
                     caller: rs.caller.clone(),
-                    stack: rs.frames.clone(),
+                    stack: rs.frames.to_vec(),
                 }
             })
             .collect();
@@ -319,6 +324,16 @@ impl<S: StackSource> ProfileBuilder<S> {
         let yield_to = (meta.yield_backend.is_some() || snap.yields.total.calls() > 0)
             .then(|| yield_profile(&snap.yields, &mut self.resolver, &locks));
         meta.drops.insert("yield_keys_overflow".to_string(), snap.yields.overflow);
+        if snap.overflow.aged_callers > 0 {
+            // Rows were aged out: forget the stacks nothing refers to any more.
+            let mut used: rustc_hash::FxHashSet<i32> = snap.yields.callers.keys().copied().collect();
+            used.extend(snap.slowest.iter().map(|e| e.stack_id));
+            for l in snap.locks.values() {
+                used.extend(l.callers.keys().chain(l.hold_callers.keys()).copied());
+                used.extend(l.blame.keys().map(|b| b.stack_id));
+            }
+            self.resolver.retain(|id| used.contains(&id));
+        }
         Profile { meta, locks, tasks, slowest, yield_to }
     }
 }
@@ -440,7 +455,7 @@ ffffffff822702f1 T __lock_text_end
         assert_eq!(pipe.class, "mutex @ anon_pipe_write");
         assert_eq!(pipe.callers.len(), 1, "stacks 1 and 2 are identical once symbolized");
         assert_eq!(pipe.callers[0].wait.count(), 2);
-        assert_eq!(pipe.callers[0].stack, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
+        assert_eq!(*pipe.callers[0].stack, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
         assert_eq!(p.tasks.len(), 4);
         assert_eq!(p.tasks[0].comm, "task102");
         assert_eq!(p.meta.drops["lock_keys_overflow"], 0);

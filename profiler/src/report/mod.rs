@@ -212,17 +212,19 @@ pub(crate) mod fixture {
                                 "queued_write_lock_slowpath+0x70".into(),
                                 "copy_process+0x6f1".into(),
                                 "kernel_clone+0x9d".into(),
-                            ],
+                            ]
+                            .into(),
                             wait: stats(DETAIL_SIGFIG, &tl_a),
                             hold: None,
                         },
                         CallerProfile {
                             caller: "release_task+0x5a".into(),
-                            stack: vec!["queued_write_lock_slowpath+0x70".into(), "release_task+0x5a".into()],
+                            stack: vec!["queued_write_lock_slowpath+0x70".into(), "release_task+0x5a".into()].into(),
                             wait: stats(DETAIL_SIGFIG, &tl_b),
                             hold: None,
                         },
-                    ],
+                    ]
+                    .into(),
                 },
                 LockProfile {
                     addr: 0xffff888004a1b2c0,
@@ -244,10 +246,12 @@ pub(crate) mod fixture {
                             "__mutex_lock.constprop.0+0x15a".into(),
                             "anon_pipe_write+0x1c4".into(),
                             "vfs_write+0x2a1".into(),
-                        ],
+                        ]
+                        .into(),
                         wait: stats(DETAIL_SIGFIG, &pipe),
                         hold: None,
-                    }],
+                    }]
+                    .into(),
                 },
             ],
             tasks: vec![

@@ -108,7 +108,7 @@ fn yields(p: &Profile, y: &YieldProfile, opts: &ReportOptions, rows: Option<usiz
         for c in &callers[..shown] {
             let _ = writeln!(out, "{}  {}", yield_cols(&c.stats), c.path);
             if opts.by == By::YieldCaller {
-                for f in &c.stack {
+                for f in c.stack.iter() {
                     let _ = writeln!(out, "{:>86}{f}", "");
                 }
             }
@@ -154,7 +154,7 @@ fn yields(p: &Profile, y: &YieldProfile, opts: &ReportOptions, rows: Option<usiz
 /// out share a line here; `--by caller` shows them apart), sorted.
 fn callers_by_frame<'a>(l: &'a LockProfile, opts: &ReportOptions) -> Vec<(&'a str, Stats)> {
     let mut merged: Vec<(&str, Stats)> = Vec::new();
-    for c in &l.callers {
+    for c in l.callers.iter() {
         match merged.iter_mut().find(|(name, _)| *name == c.caller) {
             Some((_, st)) => st.merge(&c.wait),
             None => merged.push((&c.caller, c.wait.clone())),
@@ -235,7 +235,7 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
             for (l, c) in opts.query.callers(p) {
                 let _ =
                     writeln!(out, "{}  {:<13} {}  [{}]", stat_cols(&c.wait), l.type_label(), c.caller, lock_title(l));
-                for f in &c.stack {
+                for f in c.stack.iter() {
                     let _ = writeln!(out, "{:>72}{f}", "");
                 }
             }

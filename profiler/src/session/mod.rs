@@ -154,8 +154,13 @@ async fn live_profiles(
 impl Session {
     /// Loads, attaches and starts the pipeline. Must run inside a tokio runtime.
     pub fn start(opts: SessionOptions) -> Result<Session, SessionError> {
+        Session::prepare(opts)?.start()
+    }
+
+    /// Loads and attaches, reads kallsyms and opens the maps, without
+    /// starting anything (no runtime needed).
+    pub fn prepare(opts: SessionOptions) -> Result<Prepared, SessionError> {
         let mut probes = Probes::load(&opts.load)?;
-        let mode = opts.mode();
         let kallsyms = Kallsyms::load().unwrap_or_else(|e| {
             log::warn!("{e}; stacks will show raw addresses");
             Kallsyms::default()
@@ -163,6 +168,38 @@ impl Session {
         let ring = probes.take_events()?;
         let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
             .with_identities(Box::new(probes.take_identities()?));
+        let hk = Housekeeping {
+            aggs: if opts.mode() == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
+            pending: probes.take_pending()?,
+            counters: probes.take_counters()?,
+            program_fds: probes.program_fds(),
+        };
+        Ok(Prepared { opts, probes, ring, builder, hk })
+    }
+}
+
+/// A session loaded and attached, its maps opened and kallsyms read, whose
+/// pipeline has not started: everything that needs privileges is done, no
+/// task or thread exists yet (`lockprof serve` drops its capabilities here).
+pub struct Prepared {
+    opts: SessionOptions,
+    probes: Probes,
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    builder: Builder,
+    hk: Housekeeping,
+}
+
+impl Prepared {
+    /// Reads one map through the bpf(2) syscall, as the pipeline will every
+    /// interval: whether map access still works with the current privileges.
+    pub fn probe_map_access(&self) -> std::io::Result<()> {
+        self.hk.counters.probe()
+    }
+
+    /// Starts the pipeline tasks. Must run inside a tokio runtime.
+    pub fn start(self) -> Result<Session, SessionError> {
+        let Prepared { opts, mut probes, ring, builder, hk } = self;
+        let mode = opts.mode();
         let stop = CancellationToken::new();
         let logger = if opts.ebpf_logs {
             match aya_log::EbpfLogger::init(probes.ebpf_mut()) {
@@ -175,14 +212,7 @@ impl Session {
         } else {
             None
         };
-
-        let program_fds = probes.program_fds();
-        let hk = Housekeeping {
-            aggs: if mode == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
-            pending: probes.take_pending()?,
-            counters: probes.take_counters()?,
-            program_fds: program_fds.clone(),
-        };
+        let program_fds = hk.program_fds.clone();
         let aggregator = aggregator::spawn(Aggregator::new(opts.limits), opts.channel_batches, opts.publish_interval);
         let tx = aggregator.sender().ok_or_else(|| std::io::Error::other("aggregator closed"))?;
         let reader_stats = Arc::new(ReaderStats::default());
@@ -216,7 +246,9 @@ impl Session {
             logger,
         })
     }
+}
 
+impl Session {
     /// Name of the attached backend.
     pub fn backend(&self) -> &'static str {
         self.probes.backend().name()

@@ -3,6 +3,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{Kallsyms, caller::is_trace_frame, select_caller};
+use crate::model::Frames;
 
 /// Where raw stacks come from: the kernel's stack map, or a fixture in tests.
 pub trait StackSource {
@@ -20,7 +21,7 @@ impl StackSource for HashMap<u32, Vec<u64>> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResolvedStack {
     /// `function+0xoff` frames, innermost first, tracing trampolines removed.
-    pub frames: Vec<String>,
+    pub frames: Frames,
     /// The caller frame (`function+0xoff`) or a bracketed reason.
     pub caller: String,
     /// The caller's function name (no offset), for naming heuristics.
@@ -30,8 +31,8 @@ pub struct ResolvedStack {
 impl ResolvedStack {
     /// What callers are merged by: the symbolized frames (stack ids that
     /// resolve alike are one caller), or the caller text when there are none.
-    pub fn group_key(&self) -> Vec<String> {
-        if self.frames.is_empty() { vec![self.caller.clone()] } else { self.frames.clone() }
+    pub fn group_key(&self) -> Frames {
+        if self.frames.is_empty() { Frames::from([self.caller.clone()]) } else { self.frames.clone() }
     }
 }
 
@@ -70,6 +71,17 @@ impl<S: StackSource> Resolver<S> {
         &self.ks
     }
 
+    /// Forgets the symbolized stacks whose ids `keep` rejects (rows that
+    /// referenced them were aged out); they are resolved again if they return.
+    pub fn retain(&mut self, keep: impl Fn(i32) -> bool) {
+        self.cache.retain(|id, _| keep(*id));
+    }
+
+    /// Stacks cached.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
     /// Resolves stack `id` (negative ids are capture failures).
     pub fn stack(&mut self, id: i32) -> &ResolvedStack {
         if !self.cache.contains_key(&id) {
@@ -80,7 +92,7 @@ impl<S: StackSource> Resolver<S> {
     }
 
     fn resolve(&mut self, id: i32) -> ResolvedStack {
-        let placeholder = |why: String| ResolvedStack { frames: Vec::new(), caller: why.clone(), caller_fn: why };
+        let placeholder = |why: String| ResolvedStack { frames: Frames::from([]), caller: why.clone(), caller_fn: why };
         if id == OVERFLOW_STACK {
             return placeholder("[other stacks: key limit reached]".into());
         }
@@ -113,8 +125,12 @@ impl<S: StackSource> Resolver<S> {
             frames.push(text);
         }
         match caller {
-            Some((caller, caller_fn)) => ResolvedStack { frames, caller, caller_fn },
-            None => ResolvedStack { frames, caller: "[unknown caller]".into(), caller_fn: "[unknown]".into() },
+            Some((caller, caller_fn)) => ResolvedStack { frames: frames.into(), caller, caller_fn },
+            None => ResolvedStack {
+                frames: frames.into(),
+                caller: "[unknown caller]".into(),
+                caller_fn: "[unknown]".into(),
+            },
         }
     }
 }
@@ -140,7 +156,7 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
         )]);
         let mut r = Resolver::new(Arc::new(ks), stacks);
         let s = r.stack(7).clone();
-        assert_eq!(s.frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
+        assert_eq!(*s.frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
         assert_eq!(s.caller, "anon_pipe_write+0x10");
         assert_eq!(s.caller_fn, "anon_pipe_write");
     }
@@ -154,7 +170,7 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
             vec![0xffffffffc0026ac5, 0xffffffff81100008, 0xffffffff81200010, 0xffffffff816e4c50],
         )]);
         let mut r = Resolver::new(Arc::new(ks), stacks);
-        assert_eq!(r.stack(1).frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10"]);
+        assert_eq!(*r.stack(1).frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10"]);
     }
 
     #[test]

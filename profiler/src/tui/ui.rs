@@ -342,7 +342,7 @@ fn detail(app: &App, l: &LockProfile, area: Rect, buf: &mut Buffer) {
     }
     if let Some(top) = l.callers.first() {
         lines.push(Line::from(Span::styled("top stack:", Style::new().add_modifier(Modifier::BOLD))));
-        for f in &top.stack {
+        for f in top.stack.iter() {
             lines.push(Line::from(format!("  {f}")));
         }
     }

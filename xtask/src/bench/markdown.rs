@@ -20,6 +20,12 @@ pub struct Extras {
     pub rss100k: Value,
     /// Load + attach time.
     pub attach: Value,
+    /// The daemon's userspace path at 100k keys, default caps.
+    pub serve100k: Value,
+    /// The same with every key kept (--max-callers above 100k).
+    pub serve100k_all: Value,
+    /// The lockprof serve soak, when run.
+    pub soak: Option<Value>,
 }
 
 /// Median, min and max.
@@ -196,6 +202,7 @@ fn extras_tables(md: &mut String, e: &Extras) {
         );
     }
     let _ = writeln!(md, "| load + attach (median of 5) | {att:.1} ms |\n");
+    serve_tables(md, e);
     let _ = writeln!(
         md,
         "Cost per program run on the pipe storm (kernel bpf_stats, one extra run each; the statistics add two clock reads, \
@@ -209,6 +216,98 @@ about 2 x 40 ns here, to every figure):\n"
         let _ = writeln!(md, "| {name} | {end} | {begin} | {runs} |");
     }
     md.push('\n');
+}
+
+fn mib(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0) / 1024.0
+}
+
+/// `lockprof serve`: memory at 100k keys, the soak's RSS curve, scrape costs.
+fn serve_tables(md: &mut String, e: &Extras) {
+    let _ = writeln!(md, "## lockprof serve\n");
+    let _ = writeln!(
+        md,
+        "Memory with 100k distinct (lock, stack) keys (1000 locks, 16384 stacks of 12 frames, every key growing in each \
+of two profiles: the worst case, where copy-on-write keeps two generations of every row). *aggregator* is the \
+decode + aggregate path alone; *serve path* adds symbolized profiles, the Prometheus exporter and the pprof window \
+(`lockprof-bench serve-memory`). Target: RSS below 128 MiB with lockprof's default caps.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| 100k keys | kept rows | RSS growth | RSS | /metrics encode | target | met |\n|---|---|---|---|---|---|---|"
+    );
+    let agg = &e.rss100k;
+    let _ = writeln!(
+        md,
+        "| aggregator (pipeline bench) | {} | {:.1} MiB | - | - | - | - |",
+        agg["distinct_callers"],
+        mib(&agg["rss_growth_kib"])
+    );
+    for (label, v, target) in [
+        ("serve path, default --max-callers", &e.serve100k, true),
+        ("serve path, every key kept", &e.serve100k_all, false),
+    ] {
+        let rss = mib(&v["rss_kib"]);
+        let _ = writeln!(
+            md,
+            "| {label} | {} | {:.1} MiB | {rss:.1} MiB | {:.1} ms ({} KiB) | {} | {} |",
+            v["kept_callers"],
+            mib(&v["rss_growth_kib"]),
+            v["metrics_encode_ms"].as_f64().unwrap_or(0.0),
+            v["metrics_bytes"].as_u64().unwrap_or(0) / 1024,
+            if target { "< 128 MiB" } else { "measured" },
+            if !target {
+                "-"
+            } else if rss < 128.0 {
+                "yes"
+            } else {
+                "**no**"
+            },
+        );
+    }
+    md.push('\n');
+    let Some(s) = &e.soak else {
+        let _ = writeln!(md, "The serve soak was not run (`--soak-secs 0`).\n");
+        return;
+    };
+    let samples: Vec<(u64, f64)> = s["rss_kib"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| Some((p[0].as_u64()?, mib(&p[1])))).collect())
+        .unwrap_or_default();
+    let secs = s["seconds"].as_u64().unwrap_or(0);
+    let _ = writeln!(
+        md,
+        "Soak: `lockprof serve` for {secs} s under `lockprof stress pipe` and `lockprof stress fork` ({} threads each) at \
+once, scraped every 10 s like Prometheus (/metrics) and Parca (/debug/pprof/mutex?seconds=10). RSS every minute:\n",
+        s["threads"]
+    );
+    let minutes: Vec<&(u64, f64)> =
+        samples.iter().filter(|(t, _)| t % 60 == 0 || *t == samples.last().map_or(0, |l| l.0)).collect();
+    let _ = writeln!(md, "| {} |", minutes.iter().map(|(t, _)| format!("{t} s")).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(md, "|{}", "---|".repeat(minutes.len()));
+    let _ =
+        writeln!(md, "| {} |\n", minutes.iter().map(|(_, r)| format!("{r:.1} MiB")).collect::<Vec<_>>().join(" | "));
+    let warm = samples.iter().find(|(t, _)| *t >= 120).map_or(0.0, |x| x.1);
+    let peak_after = samples.iter().filter(|(t, _)| *t >= 120).map(|x| x.1).fold(0.0, f64::max);
+    let end = samples.last().map_or(0.0, |x| x.1);
+    let flat = peak_after - warm <= 8.0;
+    let _ = writeln!(
+        md,
+        "| soak | value | target | met |\n|---|---|---|---|\n\
+| RSS after warm-up (2 min) | {warm:.1} MiB | - | - |\n\
+| RSS growth from 2 min to the end (peak) | {:.1} MiB (end: {end:.1} MiB) | flat: at most 8 MiB | {} |\n\
+| /metrics scrape, median / max | {:.1} / {:.1} ms, {} KiB | - | - |\n\
+| /debug/pprof/mutex?seconds=10, median | {:.1} ms, {} KiB | - | - |\n\
+| daemon CPU | {:.1}% of one CPU | - | - |\n",
+        peak_after - warm,
+        if flat { "yes" } else { "**no**" },
+        s["metrics_ms_median"].as_f64().unwrap_or(0.0),
+        s["metrics_ms_max"].as_f64().unwrap_or(0.0),
+        s["metrics_bytes"].as_u64().unwrap_or(0) / 1024,
+        s["pprof_ms_median"].as_f64().unwrap_or(0.0),
+        s["pprof_bytes"].as_u64().unwrap_or(0) / 1024,
+        s["cpu_percent"].as_f64().unwrap_or(0.0),
+    );
 }
 
 /// The design notes (kept by hand: what was tried and measured).

@@ -11,6 +11,7 @@ mod extras;
 mod guest;
 mod markdown;
 mod runs;
+mod soak;
 
 use anyhow::{Context as _, Result};
 
@@ -33,6 +34,8 @@ pub struct Opts {
     pub variants: Vec<String>,
     /// Skip the per-program costs, userspace and attach measurements.
     pub rotation_only: bool,
+    /// Seconds of the `lockprof serve` soak (0: none).
+    pub soak_secs: u64,
     /// Measure hold timing in the default guest kernel too.
     pub guest: bool,
 }
@@ -112,6 +115,9 @@ pub fn run(o: &Opts) -> Result<()> {
             rss10k: extras::bench_json(&["pipeline", "--events", "1000000", "--stacks", "10000"])?,
             rss100k: extras::bench_json(&["pipeline", "--events", "2000000", "--stacks", "100000"])?,
             attach: extras::bench_json(&["attach", "--rounds", "5"])?,
+            serve100k: extras::bench_json(&["serve-memory", "--keys", "100000"])?,
+            serve100k_all: extras::bench_json(&["serve-memory", "--keys", "100000", "--max-callers", "100010"])?,
+            soak: if o.soak_secs > 0 { Some(soak::serve_soak(o.soak_secs, 2)?) } else { None },
         })
     };
     let guest = if o.guest { Some(guest::run(GUEST_ROUNDS, GUEST_SECS)?) } else { None };

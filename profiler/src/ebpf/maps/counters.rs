@@ -22,6 +22,15 @@ impl KernelCounters {
         }
         CounterValues(out)
     }
+
+    /// Reads one counter, failing as the kernel answers (e.g. EPERM when
+    /// map access needs a capability this process no longer has).
+    pub fn probe(&self) -> std::io::Result<()> {
+        self.0.get(&0, 0).map(|_| ()).map_err(|e| match e {
+            aya::maps::MapError::SyscallError(s) => s.io_error,
+            other => std::io::Error::other(other.to_string()),
+        })
+    }
 }
 
 /// Counter totals over all CPUs, indexed by `profiler_common::counter`.

@@ -31,6 +31,7 @@ fn lock_row<'a>(
     locks: &'a mut FxHashMap<LockKey, Arc<LockAgg>>,
     limits: &Limits,
     key: LockKey,
+    tick: u64,
 ) -> (&'a mut LockAgg, bool) {
     let (key, overflow) = capped(locks, key, limits.max_locks, LockKey::OVERFLOW);
     let row = locks.entry(key).or_insert_with(|| {
@@ -40,9 +41,13 @@ fn lock_row<'a>(
             hold: None,
             hold_callers: FxHashMap::default(),
             blame: FxHashMap::default(),
+            touched: tick,
+            caller_touched: FxHashMap::default(),
         })
     });
-    (Arc::make_mut(row), overflow)
+    let row = Arc::make_mut(row);
+    row.touched = tick;
+    (row, overflow)
 }
 
 /// The caller slot of `stack_id` in `lock`, created empty if new, or the
@@ -75,12 +80,14 @@ pub struct Aggregator {
     state: Snapshot,
     limits: Limits,
     callers: usize,
+    /// Publish intervals so far (rows note the last one that updated them).
+    tick: u64,
 }
 
 impl Aggregator {
     /// An empty aggregator with the given key limits.
     pub fn new(limits: Limits) -> Self {
-        Aggregator { state: Snapshot::default(), limits, callers: 0 }
+        Aggregator { state: Snapshot::default(), limits, callers: 0, tick: 0 }
     }
 
     /// Folds one record.
@@ -109,7 +116,7 @@ impl Aggregator {
     /// Adds waits an owner caused to the lock's blame.
     fn fold_blame(&mut self, key: LockKey, who: BlameKey, add: &BlameAgg) {
         let cap = self.limits.max_callers;
-        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, key);
+        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, key, self.tick);
         let (who, _) = capped(&lock.blame, who, cap, BlameKey::OVERFLOW);
         let b = lock.blame.entry(who).or_default();
         if b.waits == 0 {
@@ -183,9 +190,12 @@ impl Aggregator {
     /// separately), so the lock and caller rows are created here when
     /// missing, with no waits yet.
     fn fold_hold(&mut self, key: LockKey, stack_id: i32, add: impl Fn(&mut Stats)) {
-        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, key);
+        let (lock, _) = lock_row(&mut self.state.locks, &self.limits, key, self.tick);
         add(lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)));
         let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, stack_id);
+        if self.limits.max_idle.is_some() {
+            lock.caller_touched.insert(sid, self.tick);
+        }
         let h = lock.hold_callers.entry(sid).or_insert_with(|| Arc::new(Stats::new(DETAIL_SIGFIG)));
         add(Arc::make_mut(h));
     }
@@ -209,7 +219,7 @@ impl Aggregator {
         let st = &mut self.state;
         st.events += n;
 
-        let (lock, lock_overflow) = lock_row(&mut st.locks, &self.limits, key);
+        let (lock, lock_overflow) = lock_row(&mut st.locks, &self.limits, key, self.tick);
         if lock_overflow {
             st.overflow.locks += n;
         }
@@ -221,6 +231,9 @@ impl Aggregator {
         if let Some(c) = lock.callers.get_mut(&sid) {
             add(Arc::make_mut(c));
         }
+        if self.limits.max_idle.is_some() {
+            lock.caller_touched.insert(sid, self.tick);
+        }
 
         let (tid, task_overflow) = capped(&st.tasks, tid, self.limits.max_tasks, OVERFLOW_TID);
         if task_overflow {
@@ -231,9 +244,54 @@ impl Aggregator {
                 tgid: if tid == OVERFLOW_TID { 0 } else { tgid },
                 comm: if tid == OVERFLOW_TID { *b"[other tasks]\0\0\0" } else { *comm },
                 wait: Stats::new(DETAIL_SIGFIG),
+                touched: self.tick,
             })
         });
-        add(&mut Arc::make_mut(task).wait);
+        let task = Arc::make_mut(task);
+        task.touched = self.tick;
+        add(&mut task.wait);
+    }
+
+    /// Ends a publish interval: with `Limits::max_idle`, drops the lock,
+    /// (lock, stack) and task rows that no wait updated for that many
+    /// intervals (counted in `Overflow::aged_*`; their waits stay in
+    /// `events`, and a lock's own statistics keep its aged callers' waits).
+    pub fn age(&mut self) {
+        self.tick += 1;
+        let Some(idle) = self.limits.max_idle else { return };
+        let Some(oldest) = self.tick.checked_sub(idle) else { return };
+        let st = &mut self.state;
+        let before = (st.locks.len(), st.tasks.len());
+        let mut callers = 0;
+        st.locks.retain(|_, l| {
+            let keep = l.touched >= oldest;
+            if !keep {
+                callers += l.callers.len();
+            }
+            keep
+        });
+        st.tasks.retain(|_, t| t.touched >= oldest);
+        let mut aged_callers = 0;
+        for l in st.locks.values_mut() {
+            // Copy-on-write only the rows that have something to drop.
+            if !l.caller_touched.values().any(|&t| t < oldest) {
+                continue;
+            }
+            let l = Arc::make_mut(l);
+            let stale: Vec<i32> = l.caller_touched.iter().filter(|(_, t)| **t < oldest).map(|(s, _)| *s).collect();
+            for sid in stale {
+                l.caller_touched.remove(&sid);
+                l.hold_callers.remove(&sid);
+                if l.callers.remove(&sid).is_some() {
+                    aged_callers += 1;
+                }
+            }
+        }
+        callers += aged_callers;
+        st.overflow.aged_callers += aged_callers as u64;
+        self.callers = self.callers.saturating_sub(callers);
+        st.overflow.aged_locks += (before.0 - st.locks.len()) as u64;
+        st.overflow.aged_tasks += (before.1 - st.tasks.len()) as u64;
     }
 
     /// Records what the kernel side reported.
@@ -258,6 +316,11 @@ impl Aggregator {
         let (generation, kernel) = (self.state.generation, self.state.kernel);
         self.state = Snapshot { generation, kernel, ..Snapshot::default() };
         self.callers = 0;
+    }
+
+    /// Distinct (lock, stack) slots in use (bounded by `Limits::max_callers`).
+    pub fn callers(&self) -> usize {
+        self.callers
     }
 
     /// Events ingested since the last reset.

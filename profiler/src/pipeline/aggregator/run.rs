@@ -87,6 +87,7 @@ pub fn spawn(mut agg: Aggregator, capacity: usize, interval: Duration) -> Handle
                     Control::Reset => agg.reset(),
                 },
                 _ = tick.tick() => {
+                    agg.age();
                     if publish.receiver_count() > 0 {
                         publish.send_replace(Arc::new(agg.snapshot()));
                     }

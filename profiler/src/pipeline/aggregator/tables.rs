@@ -51,11 +51,15 @@ pub struct Limits {
     pub max_callers: usize,
     /// Distinct threads.
     pub max_tasks: usize,
+    /// Drop lock and task rows not updated for this many publish intervals
+    /// (a daemon's tables then follow the live locks and threads instead of
+    /// filling up with exited ones); None: keep every row.
+    pub max_idle: Option<u64>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000 }
+        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000, max_idle: None }
     }
 }
 
@@ -72,6 +76,11 @@ pub struct LockAgg {
     pub hold_callers: FxHashMap<i32, Arc<Stats>>,
     /// Waits charged to the owner that made them wait.
     pub blame: FxHashMap<BlameKey, BlameAgg>,
+    /// Publish interval of the last update (for ageing).
+    pub touched: u64,
+    /// Publish interval of each caller slot's last update (only with
+    /// `Limits::max_idle`).
+    pub caller_touched: FxHashMap<i32, u64>,
 }
 
 /// Who a wait is blamed on: the owner thread (0: readers) and the stack it
@@ -113,6 +122,8 @@ pub struct TaskAgg {
     pub comm: [u8; 16],
     /// Waits over all locks.
     pub wait: Stats,
+    /// Publish interval of the last update (for ageing).
+    pub touched: u64,
 }
 
 /// Events folded into overflow rows because a key limit was reached.
@@ -124,6 +135,12 @@ pub struct Overflow {
     pub callers: u64,
     /// Events whose thread did not fit.
     pub tasks: u64,
+    /// Lock rows dropped after `Limits::max_idle` intervals without waits.
+    pub aged_locks: u64,
+    /// Task rows dropped after `Limits::max_idle` intervals without waits.
+    pub aged_tasks: u64,
+    /// (lock, stack) slots dropped after `Limits::max_idle` intervals without waits.
+    pub aged_callers: u64,
 }
 
 /// A yielding thread and the task it yielded to.

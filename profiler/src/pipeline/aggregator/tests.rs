@@ -59,7 +59,7 @@ fn same_address_read_and_write_are_separate_rows() {
 
 #[test]
 fn key_limits_fold_into_overflow_rows_and_keep_totals() {
-    let limits = Limits { max_locks: 2, max_callers: 3, max_tasks: 2 };
+    let limits = Limits { max_locks: 2, max_callers: 3, max_tasks: 2, ..Limits::default() };
     let mut a = Aggregator::new(limits);
     let mut total = 0;
     for i in 0..10u64 {
@@ -213,7 +213,7 @@ fn yields_fold_per_caller_and_pair() {
 
 #[test]
 fn yield_pairs_beyond_the_limit_fold_into_one_row() {
-    let mut a = Aggregator::new(Limits { max_locks: 10, max_callers: 1, max_tasks: 2 });
+    let mut a = Aggregator::new(Limits { max_locks: 10, max_callers: 1, max_tasks: 2, ..Limits::default() });
     for t in 0..5u32 {
         a.ingest_yield(&yield_ev(t, t + 1, 1, 10, t as i32));
     }
@@ -289,4 +289,56 @@ fn blame_from_streams_and_aggregates_sums_per_owner() {
     let r = &lock.blame[&BlameKey { owner_tid: 0, stack_id: profiler_common::STACK_SKIPPED }];
     assert_eq!((r.waits, r.wait_ns), (1, 500), "readers are blamed under tid 0");
     assert_eq!(lock.blame.len(), 2, "the unknown owner is not a blame row");
+}
+
+#[test]
+fn idle_rows_age_out_and_are_counted() {
+    let mut a = Aggregator::new(Limits { max_idle: Some(2), max_tasks: 3, ..Limits::default() });
+    a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 1));
+    a.ingest(&ev(0x200, lcb::MUTEX, 10, 2, 2));
+    for tick in 0..2 {
+        a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 1));
+        a.age();
+        assert_eq!(a.state().locks.len(), 2, "tick {tick}: not idle long enough yet");
+    }
+    a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 1));
+    a.age();
+    let s = a.snapshot();
+    assert_eq!(s.locks.len(), 1, "the idle lock is gone, the busy one stays");
+    assert!(s.locks.contains_key(&LockKey::new(0x100, lcb::MUTEX)));
+    assert_eq!((s.overflow.aged_locks, s.overflow.aged_tasks, s.overflow.aged_callers), (1, 1, 0));
+    assert_eq!(s.events, 5, "aged rows' waits stay counted");
+    assert_eq!(a.callers(), 1, "the aged lock's caller slot is free again");
+    // New threads get rows again instead of folding into the overflow row.
+    for tid in 10..12 {
+        a.ingest(&ev(0x100, lcb::MUTEX, 10, tid, 1));
+    }
+    assert_eq!(a.state().overflow.tasks, 0);
+}
+
+#[test]
+fn without_max_idle_nothing_ages() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 1));
+    for _ in 0..100 {
+        a.age();
+    }
+    assert_eq!(a.state().locks.len(), 1);
+    assert_eq!(a.state().tasks.len(), 1);
+}
+
+#[test]
+fn idle_callers_of_a_busy_lock_age_out() {
+    let mut a = Aggregator::new(Limits { max_idle: Some(2), ..Limits::default() });
+    a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 7));
+    for _ in 0..3 {
+        a.ingest(&ev(0x100, lcb::MUTEX, 10, 1, 1));
+        a.age();
+    }
+    let s = a.snapshot();
+    let lock = &s.locks[&LockKey::new(0x100, lcb::MUTEX)];
+    assert!(lock.callers.contains_key(&1) && !lock.callers.contains_key(&7), "{:?}", lock.callers.keys());
+    assert_eq!(lock.wait.count(), 4, "the lock's own statistics keep every wait");
+    assert_eq!(s.overflow.aged_callers, 1);
+    assert_eq!(a.callers(), 1);
 }

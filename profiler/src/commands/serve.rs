@@ -1,0 +1,46 @@
+//! `lockprof serve`: attach, drop privileges, then serve HTTP until
+//! SIGINT/SIGTERM, and detach.
+
+use super::UsageError;
+use crate::{
+    cli::ServeArgs,
+    serve::{self, ServeOptions},
+    session::Session,
+};
+
+/// Runs the daemon. Attaching and dropping capabilities happen on this
+/// (only) thread; the runtime's threads start afterwards and inherit the
+/// reduced set.
+pub fn serve(args: &ServeArgs, verbose: u8) -> anyhow::Result<()> {
+    let mut opts = args.session_options()?;
+    opts.ebpf_logs = verbose > 0;
+    let sopts = ServeOptions::from(args);
+    // Bound before attaching: a taken port or a bad address fails at once.
+    let listener = std::net::TcpListener::bind(sopts.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| UsageError(format!("cannot listen on {}: {e}", sopts.listen)))?;
+    let addr = listener.local_addr().unwrap_or(sopts.listen);
+    if !addr.ip().is_loopback() {
+        log::warn!(
+            "listening on {addr}, not a loopback address: whoever can reach it can read lock names, kernel stacks and process names"
+        );
+    }
+    let prepared = Session::prepare(opts)?;
+    let kept = serve::drop_after_attach(|| prepared.probe_map_access())?;
+    log::info!("privileges after attaching: {kept}");
+    super::runtime()?.block_on(async move {
+        let stop = crate::shutdown::on_signal()?;
+        let mut session = prepared.start()?;
+        eprintln!(
+            "lockprof: serving http://{addr}/metrics and /debug/pprof/mutex with the {} backend ({kept}); Ctrl-C or SIGTERM stops",
+            session.backend()
+        );
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let served = serve::run(listener, session.profiles(), &sopts, stop).await;
+        let finished = session.finish().await;
+        served?;
+        finished?;
+        eprintln!("lockprof: stopped; programs detached");
+        Ok(())
+    })
+}

@@ -1,0 +1,487 @@
+//! `/metrics`: per-lock counters and histograms in the Prometheus text
+//! format (0.0.4, encoded by the `prometheus` crate), built from the
+//! session's profiles.
+//!
+//! Counters are monotonic over the daemon's life: every profile's growth
+//! since the previous one (the delta) is added to exactly one series, the
+//! lock's own while it has one, else `lock="[other]"` of its type and mode.
+//! So the increases of all series add up to every wait seen, even as locks
+//! come and go. Cardinality is bounded: the `max_series` locks with the most
+//! wait recently (an exponentially decayed sum) have series, the others
+//! fold into `[other]`. A lock that falls out of the top loses its series (a
+//! series that stops, as Prometheus expects of a vanished target); one that
+//! enters it starts a new series at its first delta.
+
+use std::collections::{BTreeMap, HashMap};
+
+use profiler_common::{LockMode, LockType};
+use prometheus::{
+    Encoder as _, TextEncoder,
+    proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType},
+};
+
+use crate::model::{LockProfile, Meta, NameSource, Profile, Stats, mode_name, type_name};
+
+/// Label of the series that holds every lock without one of its own.
+pub const OTHER: &str = "[other]";
+
+/// Histogram bucket bounds: powers of two nanoseconds, 1.024 us to 17.2 s
+/// (a bucket counts the waits shorter than its bound; the statistics'
+/// buckets never straddle a power of two, so these counts are exact).
+pub const BUCKET_LOG2_NS: [u32; 13] = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34];
+
+/// How much of a lock's recent-wait score survives each profile (about a
+/// 30-profile half-life: a lock idle for a minute is overtaken quickly).
+const DECAY: f64 = 0.977;
+/// An incumbent keeps its series unless a newcomer's score beats it by this factor.
+const HYSTERESIS: f64 = 1.25;
+
+/// Identity of a lock row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockId {
+    /// Kernel address.
+    pub addr: u64,
+    /// Type.
+    pub lock_type: LockType,
+    /// Reader/writer side.
+    pub mode: LockMode,
+}
+
+impl LockId {
+    /// The id of a lock profile.
+    pub fn of(l: &LockProfile) -> LockId {
+        LockId { addr: l.addr, lock_type: l.lock_type, mode: l.mode }
+    }
+}
+
+/// Count, sum and fixed-bucket counts of one statistic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hist {
+    /// Observations.
+    pub count: u64,
+    /// Their sum, ns.
+    pub sum_ns: u64,
+    /// Observations below each bound of [`BUCKET_LOG2_NS`] (cumulative).
+    pub below: [u64; BUCKET_LOG2_NS.len()],
+}
+
+impl Hist {
+    /// The cumulative figures of `s`.
+    pub fn of(s: &Stats) -> Hist {
+        let mut below = [0; BUCKET_LOG2_NS.len()];
+        for (b, k) in below.iter_mut().zip(BUCKET_LOG2_NS) {
+            *b = s.count_at_or_below((1u64 << k) - 1);
+        }
+        Hist { count: s.count(), sum_ns: s.total_ns(), below }
+    }
+
+    /// Growth from `last` to `self`; all of `self` when it shrank (the row was
+    /// dropped and created again).
+    fn since(&self, last: &Hist) -> Hist {
+        if self.count < last.count || self.sum_ns < last.sum_ns {
+            return *self;
+        }
+        let mut below = [0; BUCKET_LOG2_NS.len()];
+        for (i, b) in below.iter_mut().enumerate() {
+            *b = self.below[i].saturating_sub(last.below[i]);
+        }
+        Hist { count: self.count - last.count, sum_ns: self.sum_ns - last.sum_ns, below }
+    }
+
+    fn add(&mut self, d: &Hist) {
+        self.count += d.count;
+        self.sum_ns = self.sum_ns.saturating_add(d.sum_ns);
+        for (b, x) in self.below.iter_mut().zip(d.below) {
+            *b += x;
+        }
+    }
+}
+
+/// A lock's waits and holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Waits.
+    pub wait: Hist,
+    /// Holds of contended acquisitions.
+    pub hold: Hist,
+}
+
+impl Totals {
+    /// The cumulative figures of a lock.
+    pub fn of(l: &LockProfile) -> Totals {
+        Totals { wait: Hist::of(&l.wait), hold: l.hold.as_ref().map(Hist::of).unwrap_or_default() }
+    }
+
+    fn since(&self, last: &Totals) -> Totals {
+        Totals { wait: self.wait.since(&last.wait), hold: self.hold.since(&last.hold) }
+    }
+
+    fn add(&mut self, d: &Totals) {
+        self.wait.add(&d.wait);
+        self.hold.add(&d.hold);
+    }
+
+    fn is_zero(&self) -> bool {
+        self.wait.count == 0 && self.hold.count == 0
+    }
+}
+
+/// What a lock looked like at the last profile.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    totals: Totals,
+    score: f64,
+}
+
+/// One lock's series: labels fixed when it started, counters since.
+#[derive(Clone, Debug)]
+struct Series {
+    lock: String,
+    class: String,
+    slab: String,
+    field: String,
+    name_source: &'static str,
+    counters: Totals,
+}
+
+/// The exporter's state: deltas folded into series, and the last profile's facts.
+#[derive(Debug)]
+pub struct Exporter {
+    max_series: usize,
+    seen: HashMap<LockId, Seen>,
+    series: HashMap<LockId, Series>,
+    other: BTreeMap<(LockType, LockMode), Totals>,
+    meta: Meta,
+    yields: Option<crate::model::YieldStats>,
+    /// Counters of the server itself, shown with the session's drops.
+    own_drops: BTreeMap<String, u64>,
+    /// Rows held per table (what bounds the daemon's memory).
+    rows: BTreeMap<&'static str, u64>,
+}
+
+fn name_source(l: &LockProfile) -> &'static str {
+    match l.name_source {
+        Some(NameSource::Kallsyms) => "kallsyms",
+        Some(NameSource::Inferred) => "inferred",
+        Some(NameSource::Btf) => "btf",
+        None => "class",
+    }
+}
+
+impl Exporter {
+    /// An exporter giving at most `max_series` locks series of their own.
+    pub fn new(max_series: usize) -> Exporter {
+        Exporter {
+            max_series,
+            seen: HashMap::new(),
+            series: HashMap::new(),
+            other: BTreeMap::new(),
+            meta: Meta::default(),
+            yields: None,
+            own_drops: BTreeMap::new(),
+            rows: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the row count of one of the daemon's tables.
+    pub fn set_rows(&mut self, table: &'static str, n: usize) {
+        self.rows.insert(table, n as u64);
+    }
+
+    /// Sets a counter of the server's own for `lockprof_dropped_events_total`.
+    pub fn set_drop(&mut self, reason: &str, n: u64) {
+        self.own_drops.insert(reason.to_string(), n);
+    }
+
+    /// Locks with series of their own now.
+    pub fn series_count(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Folds a new profile in.
+    pub fn update(&mut self, p: &Profile) {
+        let mut deltas: Vec<(LockId, Totals, &LockProfile)> = Vec::with_capacity(p.locks.len());
+        let mut seen = HashMap::with_capacity(p.locks.len());
+        for l in &p.locks {
+            let id = LockId::of(l);
+            let now = Totals::of(l);
+            let before = self.seen.remove(&id).unwrap_or_default();
+            let d = now.since(&before.totals);
+            let score = before.score * DECAY + d.wait.sum_ns as f64;
+            seen.insert(id, Seen { totals: now, score });
+            deltas.push((id, d, l));
+        }
+        // Locks no longer in the profile (aged out) lose their series.
+        self.series.retain(|id, _| seen.contains_key(id));
+        self.seen = seen;
+        self.select(&deltas);
+        for (id, d, _) in deltas.iter().filter(|(_, d, _)| !d.is_zero()) {
+            match self.series.get_mut(id) {
+                Some(s) => s.counters.add(d),
+                None => self.other.entry((id.lock_type, id.mode)).or_default().add(d),
+            }
+        }
+        self.meta = p.meta.clone();
+        self.yields = p.yield_to.as_ref().map(|y| y.total.clone());
+        self.set_rows("locks", p.locks.len());
+        self.set_rows("callers", p.locks.iter().map(|l| l.callers.len()).sum());
+        self.set_rows("tasks", p.tasks.len());
+    }
+
+    /// Gives the top locks by score series, keeping incumbents unless clearly beaten.
+    fn select(&mut self, locks: &[(LockId, Totals, &LockProfile)]) {
+        let score = |id: &LockId| {
+            let s = self.seen.get(id).map_or(0.0, |s| s.score);
+            if self.series.contains_key(id) { s * HYSTERESIS } else { s }
+        };
+        let mut ranked: Vec<(f64, LockId, &LockProfile)> =
+            locks.iter().filter(|(id, ..)| id.addr != 0).map(|(id, _, l)| (score(id), *id, *l)).collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let top: Vec<(LockId, &LockProfile)> = ranked
+            .into_iter()
+            .filter(|(s, id, _)| *s > 0.0 || self.series.contains_key(id))
+            .take(self.max_series)
+            .map(|(_, id, l)| (id, l))
+            .collect();
+        let keep: std::collections::HashSet<LockId> = top.iter().map(|(id, _)| *id).collect();
+        self.series.retain(|id, _| keep.contains(id));
+        for (id, l) in top {
+            self.series.entry(id).or_insert_with(|| Series {
+                lock: l.display_name().to_string(),
+                class: l.class.clone(),
+                slab: l.slab.clone().unwrap_or_default(),
+                field: l.field.clone().unwrap_or_default(),
+                name_source: name_source(l),
+                counters: Totals::default(),
+            });
+        }
+    }
+
+    /// The exposition, Prometheus text format 0.0.4.
+    pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
+        let mut families = Vec::new();
+        let holds = self.meta.hold_backend.is_some();
+        type Pick = fn(&Totals) -> &Hist;
+        let lock_families: [(&str, &str, Pick, Kind); 6] = [
+            ("lockprof_lock_contentions_total", "Contended acquisitions (waits) per lock.", |t| &t.wait, Kind::Count),
+            ("lockprof_lock_wait_seconds_total", "Time spent waiting for each lock.", |t| &t.wait, Kind::Sum),
+            ("lockprof_lock_wait_seconds", "Distribution of waits per lock.", |t| &t.wait, Kind::Histogram),
+            (
+                "lockprof_lock_holds_total",
+                "Contended acquisitions whose release was seen, per lock.",
+                |t| &t.hold,
+                Kind::Count,
+            ),
+            (
+                "lockprof_lock_hold_seconds_total",
+                "Time each lock was held after a contended acquisition.",
+                |t| &t.hold,
+                Kind::Sum,
+            ),
+            (
+                "lockprof_lock_hold_seconds",
+                "Distribution of hold times after contended acquisitions.",
+                |t| &t.hold,
+                Kind::Histogram,
+            ),
+        ];
+        let mut rows: Vec<(Vec<(&str, String)>, &Totals)> = Vec::new();
+        let mut ids: Vec<&LockId> = self.series.keys().collect();
+        ids.sort();
+        for id in ids {
+            let s = &self.series[id];
+            rows.push((
+                vec![
+                    ("lock", s.lock.clone()),
+                    ("type", type_name(id.lock_type).to_string()),
+                    ("mode", mode_name(id.mode).to_string()),
+                    ("addr", format!("{:#x}", id.addr)),
+                    ("class", s.class.clone()),
+                    ("name_source", s.name_source.to_string()),
+                    ("slab", s.slab.clone()),
+                    ("field", s.field.clone()),
+                ],
+                &s.counters,
+            ));
+        }
+        for ((t, m), totals) in &self.other {
+            rows.push((
+                vec![
+                    ("lock", OTHER.to_string()),
+                    ("type", type_name(*t).to_string()),
+                    ("mode", mode_name(*m).to_string()),
+                    ("addr", String::new()),
+                    ("class", String::new()),
+                    ("name_source", String::new()),
+                    ("slab", String::new()),
+                    ("field", String::new()),
+                ],
+                totals,
+            ));
+        }
+        for (i, (name, help, pick, kind)) in lock_families.into_iter().enumerate() {
+            if i >= 3 && !holds {
+                break;
+            }
+            let metrics = rows.iter().map(|(labels, t)| kind.metric(labels, pick(t))).collect();
+            families.push(family(name, help, kind.metric_type(), metrics));
+        }
+        if let Some(y) = &self.yields {
+            let outcomes = [("yielded", y.yielded), ("failed", y.failed), ("error", y.errors)];
+            let metrics = outcomes
+                .iter()
+                .map(|(o, n)| Kind::Count.metric(&[("outcome", o.to_string())], &count_only(*n)))
+                .collect();
+            families.push(family(
+                "lockprof_yield_to_calls_total",
+                "KVM directed yield (yield_to) calls by outcome.",
+                MetricType::COUNTER,
+                metrics,
+            ));
+            families.push(family(
+                "lockprof_yield_to_latency_seconds",
+                "Latency of yield_to calls.",
+                MetricType::HISTOGRAM,
+                vec![Kind::Histogram.metric(&[], &Hist::of(&y.latency))],
+            ));
+        }
+        let drops = self
+            .meta
+            .drops
+            .iter()
+            .chain(&self.own_drops)
+            .map(|(reason, n)| Kind::Count.metric(&[("reason", reason.clone())], &count_only(*n)))
+            .collect();
+        families.push(family(
+            "lockprof_dropped_events_total",
+            "Events lost or folded, and rows aged out, by reason (every counter lockprof keeps).",
+            MetricType::COUNTER,
+            drops,
+        ));
+        families.push(family(
+            "lockprof_events_total",
+            "Contention events aggregated since start (the sum of every lock's contentions).",
+            MetricType::COUNTER,
+            vec![Kind::Count.metric(&[], &count_only(self.meta.events))],
+        ));
+        let m = &self.meta;
+        let info = [
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("backend", m.backend.clone()),
+            ("mode", m.mode.clone()),
+            ("kernel", m.kernel.clone()),
+            ("hold_backend", m.hold_backend.clone().unwrap_or_default()),
+            ("yield_backend", m.yield_backend.clone().unwrap_or_default()),
+        ];
+        families.push(family(
+            "lockprof_build_info",
+            "lockprof's version and how it traces (always 1).",
+            MetricType::GAUGE,
+            vec![gauge(&info, 1.0)],
+        ));
+        families.push(family(
+            "lockprof_lock_series",
+            "Locks with series of their own (at most --max-series; the rest are lock=\"[other]\").",
+            MetricType::GAUGE,
+            vec![gauge(&[], self.series.len() as f64)],
+        ));
+        families.push(family(
+            "lockprof_table_rows",
+            "Rows held per table: locks, (lock, stack) callers and threads of the profile, pprof window rows.",
+            MetricType::GAUGE,
+            self.rows.iter().map(|(t, n)| gauge(&[("table", t.to_string())], *n as f64)).collect(),
+        ));
+        families.retain(|f| !f.get_metric().is_empty());
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&families, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn count_only(n: u64) -> Hist {
+    Hist { count: n, ..Hist::default() }
+}
+
+/// Which face of a [`Hist`] a family shows.
+#[derive(Clone, Copy)]
+enum Kind {
+    Count,
+    Sum,
+    Histogram,
+}
+
+impl Kind {
+    fn metric_type(self) -> MetricType {
+        match self {
+            Kind::Count | Kind::Sum => MetricType::COUNTER,
+            Kind::Histogram => MetricType::HISTOGRAM,
+        }
+    }
+
+    fn metric(self, labels: &[(&str, String)], h: &Hist) -> Metric {
+        let mut m = Metric::default();
+        m.set_label(label_pairs(labels));
+        match self {
+            Kind::Count => m.set_counter(counter(h.count as f64)),
+            Kind::Sum => m.set_counter(counter(h.sum_ns as f64 / 1e9)),
+            Kind::Histogram => {
+                let mut hist = Histogram::default();
+                hist.set_sample_count(h.count);
+                hist.set_sample_sum(h.sum_ns as f64 / 1e9);
+                hist.set_bucket(
+                    BUCKET_LOG2_NS
+                        .iter()
+                        .zip(h.below)
+                        .map(|(k, n)| {
+                            let mut b = Bucket::default();
+                            b.set_upper_bound((1u64 << k) as f64 / 1e9);
+                            b.set_cumulative_count(n);
+                            b
+                        })
+                        .collect(),
+                );
+                m.set_histogram(hist);
+            }
+        }
+        m
+    }
+}
+
+fn label_pairs(labels: &[(&str, String)]) -> Vec<LabelPair> {
+    labels
+        .iter()
+        .map(|(k, v)| {
+            let mut l = LabelPair::default();
+            l.set_name(k.to_string());
+            l.set_value(v.clone());
+            l
+        })
+        .collect()
+}
+
+fn counter(v: f64) -> Counter {
+    let mut c = Counter::default();
+    c.set_value(v);
+    c
+}
+
+fn gauge(labels: &[(&str, String)], v: f64) -> Metric {
+    let mut m = Metric::default();
+    m.set_label(label_pairs(labels));
+    let mut g = Gauge::default();
+    g.set_value(v);
+    m.set_gauge(g);
+    m
+}
+
+fn family(name: &str, help: &str, t: MetricType, metrics: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(t);
+    f.set_metric(metrics);
+    f
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,80 @@
+//! Helpers shared by the serve tests, and tests of the small types.
+
+use profiler_common::{LockMode, LockType};
+
+use super::*;
+use crate::model::{CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Stats};
+
+/// Callers of a test lock: (stack leaf, waits of that caller).
+pub(crate) type TestCallers<'a> = &'a [(&'a str, &'a [u64])];
+
+/// A profile of `locks`: (addr, callers).
+pub(crate) fn profile(locks: &[(u64, TestCallers<'_>)]) -> Profile {
+    let mut p = Profile::default();
+    p.meta.backend = "tp_btf".into();
+    p.meta.mode = "aggregate".into();
+    p.meta.drops.insert("ringbuf_full".into(), 0);
+    for (addr, callers) in locks {
+        let mut wait = Stats::new(LOCK_SIGFIG);
+        let mut cs = Vec::new();
+        for (leaf, waits) in callers.iter() {
+            let mut s = Stats::new(DETAIL_SIGFIG);
+            for w in waits.iter() {
+                s.record(*w);
+                wait.record(*w);
+            }
+            cs.push(CallerProfile {
+                caller: format!("{leaf}+0x10"),
+                stack: vec!["__mutex_lock+0x1".to_string(), format!("{leaf}+0x10")].into(),
+                wait: s,
+                hold: None,
+            });
+        }
+        p.meta.events += wait.count();
+        p.locks.push(LockProfile {
+            addr: *addr,
+            lock_type: LockType::Mutex,
+            mode: LockMode::Exclusive,
+            name: None,
+            name_source: None,
+            class: format!("mutex @ lock{addr:x}"),
+            rt_base: None,
+            slab: None,
+            field: None,
+            addresses: None,
+            wait,
+            hold: None,
+            callers: cs.into(),
+            owners: Vec::new(),
+        });
+    }
+    p
+}
+
+#[test]
+fn metrics_parse_and_give_one_value_per_sample_type() {
+    assert_eq!(ProfileMetric::parse("wait"), Ok(ProfileMetric::Wait));
+    assert_eq!(ProfileMetric::parse("count"), Ok(ProfileMetric::Count));
+    assert_eq!(ProfileMetric::parse("blame"), Ok(ProfileMetric::Blame));
+    assert!(ProfileMetric::parse("Wait").is_err_and(|e| e.contains("wait, hold, count or blame")));
+    let v = Values { count: 3, wait_ns: 30, hold_count: 1, hold_ns: 7, blame_count: 2, blame_ns: 20 };
+    assert_eq!(ProfileMetric::Wait.values(&v), [3, 30]);
+    assert_eq!(ProfileMetric::Hold.values(&v), [1, 7]);
+    assert_eq!(ProfileMetric::Count.values(&v), [3]);
+    assert_eq!(ProfileMetric::Blame.values(&v), [2, 20]);
+    for m in [ProfileMetric::Wait, ProfileMetric::Hold, ProfileMetric::Count, ProfileMetric::Blame] {
+        assert_eq!(m.sample_types().types.len(), m.values(&v).len());
+    }
+    let p = profile(&[]);
+    assert!(ProfileMetric::Hold.unavailable(&p).is_some_and(|w| w.starts_with("hold times are not measured")));
+    assert_eq!(ProfileMetric::Wait.unavailable(&p), None);
+}
+
+#[test]
+fn values_grow_or_restart() {
+    let a = Values { count: 5, wait_ns: 50, ..Values::default() };
+    let b = Values { count: 8, wait_ns: 90, ..Values::default() };
+    assert_eq!(b.since(&a), Values { count: 3, wait_ns: 40, ..Values::default() });
+    assert_eq!(a.since(&b), a, "a row that shrank was created again: all of it is new");
+    assert!(a.since(&a).is_zero());
+}

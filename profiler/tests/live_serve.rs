@@ -1,0 +1,451 @@
+//! Root-only: `lockprof serve` during a pipe storm, read by the real
+//! consumers: `promtool check metrics` and a Prometheus server (Debian's
+//! `prometheus`), `go tool pprof` (Debian's `golang-go`). Skips, saying why,
+//! without root or those tools (`cargo xtask setup` installs them); with
+//! `CI=true` those are failures.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    thread,
+    time::{Duration, Instant},
+};
+
+use prost::Message as _;
+
+/// One daemon and one storm at a time on the machine's two CPUs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn have(bin: &str) -> bool {
+    Command::new(bin).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+}
+
+/// `true` if the test can run; prints why not otherwise (fails in CI).
+fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
+    let mut reason = None;
+    if !lockprof::ebpf::check_privileges().can_trace() {
+        reason = Some("needs root (CAP_BPF and CAP_PERFMON)".to_string());
+    }
+    for (bin, pkg) in tools {
+        if reason.is_none() && !have(bin) {
+            reason = Some(format!("needs {bin} (Debian's {pkg}; cargo xtask setup installs it)"));
+        }
+    }
+    match reason {
+        None => true,
+        Some(r) if in_ci() => panic!("{test}: CI=true but {r}"),
+        Some(r) => {
+            eprintln!("skipping test {test} - {r}");
+            false
+        }
+    }
+}
+
+fn lockprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lockprof"))
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// A child killed (and reaped) when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn storm() -> Guard {
+    let child = lockprof()
+        .args(["stress", "pipe", "--threads", "4", "--duration", "600"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn stress");
+    thread::sleep(Duration::from_millis(300));
+    Guard(child)
+}
+
+/// A response: status and body.
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One HTTP/1.0 request on loopback.
+fn request(port: u16, method: &str, path: &str) -> std::io::Result<Response> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| std::io::Error::other("no header end"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok(Response { status, body: raw[split + 4..].to_vec() })
+}
+
+fn get(port: u16, path: &str) -> Response {
+    request(port, "GET", path).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// `lockprof serve` on a loopback port, stopped with SIGTERM when dropped.
+struct Daemon {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl Daemon {
+    fn start(extra: &[&str]) -> Daemon {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = lockprof()
+            .args(["serve", "--listen", &listen])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockprof serve");
+        let mut d = Daemon { child: Some(child), port };
+        let start = Instant::now();
+        while !request(port, "GET", "/healthz").is_ok_and(|r| r.status == 200) {
+            if let Some(c) = d.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                let mut err = String::new();
+                let _ = c.stderr.take().map(|mut e| e.read_to_string(&mut err));
+                panic!("lockprof serve exited ({status}): {err}");
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "lockprof serve did not come up on {listen}");
+            thread::sleep(Duration::from_millis(100));
+        }
+        d
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// SIGTERM; the exit status and stderr.
+    fn stop(&mut self) -> (std::process::ExitStatus, String) {
+        let child = self.child.take().expect("running");
+        // SAFETY: kill(2) on a child we spawned and have not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        let out = child.wait_with_output().expect("wait");
+        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The value of the first sample of `name` whose line contains every needle.
+fn sample(text: &str, name: &str, needles: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| needles.iter().all(|n| l.contains(n)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// A pipe mutex's series (its class names the pipe function that contends most: read or write).
+const PIPE: [&str; 2] = ["type=\"mutex\"", "pipe_"];
+
+fn lockprof_programs() -> usize {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("contention_")))
+        .count()
+}
+
+fn programs_when(done: impl Fn(usize) -> bool) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let n = lockprof_programs();
+        if done(n) || Instant::now() >= deadline {
+            return n;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn promtool_check(text: &str) -> (bool, String) {
+    let mut c = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    c.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("feed promtool");
+    let out = c.wait_with_output().expect("promtool");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm() {
+    if !ready(
+        "serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm",
+        &[("promtool", "prometheus")],
+    ) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = programs_when(|n| n == 0);
+    let _storm = storm();
+    let mut d = Daemon::start(&["--max-series", "20"]);
+    assert!(lockprof_programs() >= before + 2, "serve attached its programs");
+
+    // Least privilege: nothing left but what map access needs, no way back.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).expect("status");
+    let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim).unwrap_or("?").to_string();
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    let eff = u64::from_str_radix(&field("CapEff:"), 16).expect("CapEff");
+    assert_eq!(eff & !(1 << 39), 0, "at most CAP_BPF kept: CapEff {eff:x}");
+    assert_eq!(field("CapPrm:"), field("CapEff:"));
+
+    thread::sleep(Duration::from_millis(2500));
+    let first = get(d.port, "/metrics");
+    assert_eq!(first.status, 200);
+    let first = first.text();
+    let (ok, lint) = promtool_check(&first);
+    assert!(ok, "promtool check metrics: {lint}\n{first}");
+    let w1 =
+        sample(&first, "lockprof_lock_wait_seconds_total", &PIPE).unwrap_or_else(|| panic!("no pipe mutex:\n{first}"));
+    let c1 = sample(&first, "lockprof_lock_contentions_total", &PIPE).expect("pipe contentions");
+    assert!(first.contains("lockprof_dropped_events_total{reason=\"ringbuf_full\"}"), "{first}");
+    assert!(first.contains("lockprof_build_info{"), "{first}");
+    assert!(first.lines().filter(|l| l.starts_with("lockprof_lock_contentions_total{")).count() <= 20 + 8 * 3);
+
+    // Bad input: one line each, and the daemon keeps serving.
+    for (method, path, want) in [
+        ("GET", "/nope", 404),
+        ("GET", "/metrics/extra", 404),
+        ("POST", "/metrics", 405),
+        ("DELETE", "/debug/pprof/mutex", 405),
+        ("GET", "/debug/pprof/mutex?seconds=abc", 400),
+        ("GET", "/debug/pprof/mutex?seconds=0", 400),
+        ("GET", "/debug/pprof/mutex?seconds=100000", 400),
+        ("GET", "/debug/pprof/mutex?seconds=1&seconds=2", 400),
+        ("GET", "/debug/pprof/mutex?metric=wait", 400),
+        ("GET", "/debug/pprof/lockprof?metric=frobs", 400),
+        ("GET", "/debug/pprof/lockprof?seconds=%ZZ", 400),
+    ] {
+        let r = request(d.port, method, path).unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        assert_eq!(r.status, want, "{method} {path}: {}", r.text());
+        let t = r.text();
+        assert_eq!(t.trim_end().lines().count(), 1, "{method} {path}: one line, got {t:?}");
+    }
+    assert_eq!(get(d.port, "/").status, 200);
+    assert!(get(d.port, "/").text().contains("/debug/pprof/mutex"));
+
+    thread::sleep(Duration::from_millis(2000));
+    let second = get(d.port, "/metrics").text();
+    let w2 = sample(&second, "lockprof_lock_wait_seconds_total", &PIPE).expect("pipe mutex again");
+    let c2 = sample(&second, "lockprof_lock_contentions_total", &PIPE).expect("pipe contentions again");
+    assert!(w2 > w1 && c2 > c1, "counters grow between scrapes: wait {w1} -> {w2}, contentions {c1} -> {c2}");
+    let (ok, lint) = promtool_check(&second);
+    assert!(ok, "{lint}");
+
+    let (status, stderr) = d.stop();
+    assert!(status.success(), "exit {status:?}: {stderr}");
+    assert!(stderr.contains("programs detached"), "{stderr}");
+    let after = programs_when(|n| n <= before);
+    assert_eq!(after, before, "programs left attached after SIGTERM");
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn temp_dir(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lockprof-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_pipe_mutex_wait() {
+    if !ready("a_real_prometheus_scrapes_the_pipe_mutex_wait", &[("prometheus", "prometheus")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _storm = storm();
+    let d = Daemon::start(&[]);
+    let dir = temp_dir("prometheus");
+    let prom_port = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: lockprof\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            d.port
+        ),
+    )
+    .expect("config");
+    let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
+    let prom = Guard(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prometheus"),
+    );
+    let query = encode("max(lockprof_lock_wait_seconds_total{type=\"mutex\",class=~\".*pipe_.*\"})");
+    let start = Instant::now();
+    let mut last = String::new();
+    let value = loop {
+        if let Ok(r) = request(prom_port, "GET", &format!("/api/v1/query?query={query}")) {
+            last = r.text();
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            let got = v["data"]["result"][0]["value"][1].as_str().and_then(|s| s.parse::<f64>().ok());
+            if let Some(x) = got.filter(|x| *x > 0.0) {
+                break x;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus never saw the pipe mutex's wait; last answer: {last}\nlog: {}",
+            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+        );
+        thread::sleep(Duration::from_millis(500));
+    };
+    assert!(value > 0.0);
+    // The scrape target is healthy in Prometheus's own eyes.
+    let targets = get(prom_port, "/api/v1/targets").text();
+    assert!(targets.contains("\"health\":\"up\""), "{targets}");
+    drop(prom);
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// (contentions, delay) summed over the samples of `go tool pprof -raw`.
+fn go_raw_totals(path: &Path) -> (i64, i64, String) {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(path)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "go tool pprof -raw: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    let mut totals = (0, 0);
+    for l in text.lines().skip_while(|l| !l.starts_with("Samples:")).skip(2).take_while(|l| !l.starts_with("Locations"))
+    {
+        let Some((values, _)) = l.split_once(':') else { continue };
+        let v: Vec<i64> = values.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if let [c, d] = v[..] {
+            totals.0 += c;
+            totals.1 += d;
+        }
+    }
+    (totals.0, totals.1, text)
+}
+
+/// The sum of the first value of the samples labelled `lock_addr:[addr]` in
+/// `go tool pprof -raw` output.
+fn first_value_of(text: &str, addr: &str) -> i64 {
+    let mut sum = 0;
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("Samples:")).skip(2).peekable();
+    while let Some(l) = lines.next() {
+        if l.starts_with("Locations") {
+            break;
+        }
+        let labels = lines.peek().copied().unwrap_or_default();
+        if labels.contains(&format!("lock_addr:[{addr}]")) {
+            sum += l.split_whitespace().next().and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
+        }
+    }
+    sum
+}
+
+#[test]
+fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
+    if !ready("go_tool_pprof_reads_the_mutex_profile_and_its_totals_match", &[("go", "golang-go")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let storm = storm();
+    let d = Daemon::start(&["--window", "30"]);
+    thread::sleep(Duration::from_millis(3500));
+    let r = get(d.port, "/debug/pprof/mutex?seconds=2");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let dir = temp_dir("pprof");
+    let file = dir.join("mutex.pb.gz");
+    std::fs::write(&file, &r.body).expect("write profile");
+
+    // Our own decoding of the same bytes.
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(r.body.as_slice()).read_to_end(&mut raw).expect("gzip");
+    let p = lockprof::export::proto::Profile::decode(raw.as_slice()).expect("profile.proto");
+    let st = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!((st(p.sample_type[0].r#type), st(p.sample_type[0].unit)), ("contentions", "count"));
+    assert_eq!((st(p.sample_type[1].r#type), st(p.sample_type[1].unit)), ("delay", "nanoseconds"));
+    assert_eq!(p.duration_nanos, 2_000_000_000);
+    let ours = p.sample.iter().fold((0, 0), |t, s| (t.0 + s.value[0], t.1 + s.value[1]));
+
+    let (count, delay, text) = go_raw_totals(&file);
+    assert_eq!((count, delay), ours, "go tool pprof and lockprof disagree:\n{text}");
+    assert!(count > 1000 && delay > 0, "two seconds of a pipe storm: {count} contentions\n{text}");
+    assert!(text.contains("pipe_write"), "the pipe writers' stacks: {text}");
+
+    // With the storm stopped, the window's last 30 s hold every wait the
+    // counters saw for the pipe mutex since the daemon started.
+    drop(storm);
+    thread::sleep(Duration::from_millis(3000));
+    let metrics = get(d.port, "/metrics").text();
+    let line = metrics
+        .lines()
+        .filter(|l| l.starts_with("lockprof_lock_contentions_total{") && PIPE.iter().all(|n| l.contains(n)))
+        .max_by_key(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+        .expect("pipe mutex");
+    let counted = line.rsplit(' ').next().and_then(|v| v.parse::<i64>().ok()).expect("count");
+    let addr = line.split("addr=\"").nth(1).and_then(|a| a.split('"').next()).expect("addr label");
+    let all = get(d.port, "/debug/pprof/mutex?seconds=30");
+    std::fs::write(&file, &all.body).expect("write profile");
+    let (_, _, text) = go_raw_totals(&file);
+    let in_window = first_value_of(&text, addr);
+    assert_eq!(in_window, counted, "window vs counters for the pipe mutex:\n{metrics}\n{text}");
+
+    // Blame: the same waits, charged to whoever held the pipe mutex (with
+    // an "[owner unknown]" row for the rest, so they add up).
+    let blame = get(d.port, "/debug/pprof/lockprof?seconds=30&metric=blame");
+    assert_eq!(blame.status, 200, "{}", blame.text());
+    std::fs::write(&file, &blame.body).expect("write profile");
+    let (_, _, text) = go_raw_totals(&file);
+    assert_eq!(first_value_of(&text, addr), counted, "blame vs counters for the pipe mutex:\n{text}");
+    assert!(text.contains("[held by "), "waits charged to owner tasks: {text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
