@@ -46,8 +46,11 @@ pub const YIELDS: u32 = 16;
 pub const STALE_SPIN: u32 = 17;
 /// The lock identity map was full: that lock is named from userspace only.
 pub const IDENT_MAP_FULL: u32 = 18;
+/// Owners: the holder map was full, so a lock with no owner field that
+/// lockprof saw acquired has no known owner for later waiters.
+pub const HOLDER_MAP_FULL: u32 = 19;
 /// Number of counters.
-pub const COUNT: u32 = 19;
+pub const COUNT: u32 = 20;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -70,4 +73,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "yield_calls",
     "stale_spin_discarded",
     "ident_map_full",
+    "holder_map_full",
 ];

@@ -77,6 +77,12 @@ pub struct Layout {
     pub btf_rwsem: u32,
     /// BTF id of `struct task_struct` (0: unknown).
     pub btf_task: u32,
+    /// PREEMPT_RT: `rwbase_rt.readers` within an rwsem or rwlock (their
+    /// `rwbase` is the first member of both).
+    pub rwbase_readers: u32,
+    /// PREEMPT_RT: `rwbase_rt.rtmutex` within an rwsem or rwlock (its owner
+    /// is the writer).
+    pub rwbase_rtmutex: u32,
     /// Reserved, zero.
     pub _pad: u32,
 }
@@ -117,6 +123,8 @@ impl Layout {
         btf_mutex: 0,
         btf_rwsem: 0,
         btf_task: 0,
+        rwbase_readers: UNKNOWN_OFFSET,
+        rwbase_rtmutex: UNKNOWN_OFFSET,
         _pad: 0,
     };
 }
@@ -139,7 +147,7 @@ mod tests {
 
     #[test]
     fn layout_is_all_u32_and_unknown_by_default() {
-        assert_eq!(core::mem::size_of::<Layout>(), 34 * 4);
+        assert_eq!(core::mem::size_of::<Layout>(), 36 * 4);
         assert!(!known(Layout::default().task_mm));
         assert!(known(0));
     }

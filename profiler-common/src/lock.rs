@@ -113,9 +113,10 @@ impl LockType {
 
 impl LockType {
     /// Whether the lock records its owner task (mutexes, rwsems' writers,
-    /// PREEMPT_RT's rt_mutex-based locks), so waits on it can be blamed.
+    /// PREEMPT_RT's rt_mutex-based locks and the writers of its rwbase
+    /// rwsems and rwlocks), so waits on it can be blamed.
     pub const fn records_owner(self) -> bool {
-        matches!(self, LockType::Mutex | LockType::Rwsem | LockType::RtMutex)
+        matches!(self, LockType::Mutex | LockType::Rwsem | LockType::RtMutex | LockType::RwlockRt)
     }
 }
 

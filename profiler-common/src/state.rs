@@ -51,6 +51,10 @@ pub struct Acquired {
     pub tid: u32,
     /// Its stack at the wait that ended in the acquisition.
     pub stack_id: i32,
+    /// The wait's flags (`lcb`): which side of an rwsem it took.
+    pub flags: u32,
+    /// Padding.
+    pub _pad: u32,
 }
 
 /// Value of `HOLDERS` (keyed by lock address): who holds a lock with no
@@ -202,7 +206,7 @@ mod tests {
     fn layouts_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<PendingWait>(), 72);
         assert_eq!(core::mem::size_of::<Owner>(), 40);
-        assert_eq!(core::mem::size_of::<Acquired>(), 16);
+        assert_eq!(core::mem::size_of::<Acquired>(), 24);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u64::MAX) < ACQUIRED_SLOTS);
         assert_eq!(core::mem::size_of::<CachedStack>(), 24);
         assert_eq!(core::mem::size_of::<YieldStart>(), 40);

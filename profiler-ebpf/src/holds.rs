@@ -15,7 +15,7 @@ use crate::{
     aggregate::aggregate,
     context::{Ids, config, count, guarded},
     maps::HOLDS,
-    owners::forget_holder,
+    owners::{forget_acquired, forget_holder},
     ringbuf,
     waits::record,
 };
@@ -32,6 +32,7 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     };
     let _ = HOLDS.remove(key);
     forget_holder(lock_addr, ids.tid);
+    forget_acquired(lock_addr, ids.tid);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let held = PendingWait {

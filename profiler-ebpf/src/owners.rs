@@ -9,10 +9,13 @@
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 use profiler_common::{
     Acquired, Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, LockType, Owner, STACK_SKIPPED,
-    acquired_index, known, owner,
+    acquired_index, counter, known, lcb, owner,
 };
 
-use crate::maps::{ACQUIRED, HOLD_ON, HOLDERS};
+use crate::{
+    context::count,
+    maps::{ACQUIRED, HOLD_ON, HOLDERS},
+};
 
 /// Flag bits of `mutex.owner`.
 const MUTEX_FLAGS: u64 = 0x07;
@@ -24,6 +27,9 @@ const RWSEM_FLAGS: u64 = 0x07;
 const RWSEM_READER_SHIFT: u64 = 8;
 /// `rt_mutex_base.owner`: waiters are queued.
 const RT_MUTEX_HAS_WAITERS: u64 = 1;
+/// PREEMPT_RT `rwbase_rt.readers`: set while no writer is in (the count of
+/// readers is below it).
+const RWBASE_READER_BIAS: u32 = 1 << 31;
 /// `qrwlock.cnts` (the first word of a non-RT `rwlock_t`): a writer holds it.
 const QW_LOCKED: u32 = 0xff;
 /// `qrwlock.cnts`: readers are counted from this bit up.
@@ -70,6 +76,10 @@ fn owner_word(cfg: &Config, flags: u32) -> Option<(u32, u32, u64)> {
         LockType::Rwsem => Some((l.rwsem_owner, l.btf_rwsem, RWSEM_FLAGS)),
         // PREEMPT_RT's mutex and spinlock_t start with their rt_mutex_base.
         LockType::RtMutex => Some((l.rtmutex_owner, 0, RT_MUTEX_HAS_WAITERS)),
+        // PREEMPT_RT's rwsem and rwlock_t: a writer owns the rwbase's rt_mutex.
+        LockType::RwlockRt if known(l.rwbase_rtmutex) && known(l.rtmutex_owner) => {
+            Some((l.rwbase_rtmutex + l.rtmutex_owner, 0, RT_MUTEX_HAS_WAITERS))
+        }
         _ => None,
     }
 }
@@ -108,6 +118,15 @@ pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
         return o;
     };
     let word: u64 = load(cfg, lock, off, btf);
+    if LockType::from_flags(flags) == LockType::RwlockRt && word & !mask == 0 {
+        // No writer in: the readers hold it (their count is below the bias).
+        let readers: u32 = load(cfg, lock, cfg.layout.rwbase_readers, 0);
+        if readers & RWBASE_READER_BIAS != 0 && readers & !RWBASE_READER_BIAS != 0 {
+            o.kind = owner::READERS;
+            o.tid = readers & !RWBASE_READER_BIAS;
+        }
+        return o;
+    }
     if LockType::from_flags(flags) == LockType::Rwsem && word & RWSEM_READER_OWNED != 0 {
         o.kind = owner::READERS;
         let count: u64 = load(cfg, lock, cfg.layout.rwsem_count, btf);
@@ -123,9 +142,15 @@ pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
     o.task = task;
     o.tid = load(cfg, task, t.pid, cfg.layout.btf_task);
     o.tgid = load(cfg, task, t.tgid, cfg.layout.btf_task);
+    // Its last contended acquisition of this lock, if that is the hold it
+    // is in: a write-owned rwsem was taken for write (an owner that waited
+    // as a reader earlier and then took the write side uncontended must not
+    // show its read stack); a release probe forgets the entry at release.
+    let rwsem = matches!(LockType::from_flags(flags), LockType::Rwsem | LockType::RwlockRt);
     if let Some(a) = ACQUIRED.get(acquired_index(lock))
         && a.lock_addr == lock
         && a.tid == o.tid
+        && (!rwsem || a.flags & lcb::WRITE != 0)
     {
         o.stack_id = a.stack_id;
     }
@@ -145,7 +170,9 @@ pub fn owner_comm(cfg: &Config, o: &Owner) -> [u8; 16] {
 /// release probe runs.
 #[inline(always)]
 pub fn note_holder(lock: u64, tid: u32, tgid: u32, stack_id: i32) {
-    let _ = HOLDERS.insert(lock, Holder { tid, tgid, stack_id, _pad: 0 }, 0);
+    if HOLDERS.insert(lock, Holder { tid, tgid, stack_id, _pad: 0 }, 0).is_err() {
+        count(counter::HOLDER_MAP_FULL);
+    }
 }
 
 /// Thread `tid` released `lock`.
@@ -157,13 +184,27 @@ pub fn forget_holder(lock: u64, tid: u32) {
     }
 }
 
-/// Thread `tid` acquired `lock` after a wait whose stack is `stack_id`.
+/// Thread `tid` acquired `lock` after a wait (`flags`) whose stack is
+/// `stack_id`.
 #[inline(always)]
-pub fn note_acquired(lock: u64, tid: u32, stack_id: i32) {
+pub fn note_acquired(lock: u64, tid: u32, stack_id: i32, flags: u32) {
     if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) {
         // SAFETY: a slot of a global array, valid for the map's lifetime.
         // Concurrent writers of one slot can tear the entry; readers check
         // both the lock and the thread, so a torn entry only loses a stack.
-        unsafe { *slot = Acquired { lock_addr: lock, tid, stack_id } };
+        unsafe { *slot = Acquired { lock_addr: lock, tid, stack_id, flags, _pad: 0 } };
+    }
+}
+
+/// Thread `tid` released `lock` (a hold lockprof timed): its acquisition
+/// is no longer the one a later owner read would be in.
+#[inline(always)]
+pub fn forget_acquired(lock: u64, tid: u32) {
+    if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) {
+        // SAFETY: as in `note_acquired`; a race loses at most one stack.
+        let a = unsafe { &mut *slot };
+        if a.lock_addr == lock && a.tid == tid {
+            a.lock_addr = 0;
+        }
     }
 }

@@ -283,7 +283,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     }
     let cfg = config();
     if cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
-        note_acquired(pending.lock_addr, ids.tid, pending.stack_id);
+        note_acquired(pending.lock_addr, ids.tid, pending.stack_id, pending.flags);
     }
     if cfg.mode != MODE_AGGREGATE {
         ringbuf::send(ctx, record(EVENT_CONTENTION, pending, ids, now));

@@ -228,6 +228,40 @@ fn pipe_mutex_waits_are_blamed_on_the_pipe_threads() {
 }
 
 #[test]
+fn tasklist_writers_are_blamed_on_the_readers_holding_it() {
+    const TEST: &str = "tasklist_writers_are_blamed_on_the_readers_holding_it";
+    if !kernel_ready(TEST) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // setpgid(0, 0) writers against kill(0, 0) readers, who hold the lock
+    // while they walk the process group.
+    let p = record_during(cli_defaults(), Workload::Pgrp, 4, 2.0);
+    let writers = p
+        .locks
+        .iter()
+        .filter(|l| l.lock_type == LockType::Rwlock && l.mode == LockMode::Write)
+        .find(|l| callers_of(l).iter().any(|c| c.contains("setpgid")))
+        .unwrap_or_else(|| {
+            panic!("no rwlock written from setpgid: {:?}", p.locks.iter().map(|l| &l.class).collect::<Vec<_>>())
+        });
+    let waits: u64 = writers.owners.iter().map(|o| o.waits).sum();
+    let ns: u64 = writers.owners.iter().map(|o| o.wait_caused_ns).sum();
+    assert_eq!(
+        (waits, ns),
+        (writers.wait.count(), writers.wait.total_ns()),
+        "owners plus unknown are the lock's waits"
+    );
+    let readers = writers
+        .owners
+        .iter()
+        .find(|o| o.kind == lockprof::model::OwnerKind::Readers)
+        .unwrap_or_else(|| panic!("no writer wait blamed on readers: {:?}", writers.owners));
+    assert!(readers.waits > 0 && readers.wait_caused_ns > 0, "{readers:?}");
+    assert_eq!(readers.caller, "[held by readers]");
+}
+
+#[test]
 fn stream_mode_sees_the_same_pipe_mutex() {
     if !kernel_ready("stream_mode_sees_the_same_pipe_mutex") {
         return;

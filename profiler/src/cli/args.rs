@@ -68,8 +68,10 @@ pub struct SessionArgs {
     /// types; they need kprobes or fentry, and cost a probe per release).
     #[arg(long)]
     pub no_holds: bool,
-    /// Do not read lock owners (blame: who held a mutex or rwsem while
-    /// others waited; one read of the lock's owner field per wait).
+    /// Do not read lock owners (blame: who held the lock while others
+    /// waited: a mutex's or rwsem's owner field, an rwlock's readers from
+    /// its lock word, a writer or spinlock holder while holds are timed;
+    /// one or two reads per wait).
     #[arg(long)]
     pub no_owners: bool,
     /// How waits reach userspace.
@@ -102,7 +104,8 @@ pub struct ViewArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Rows: one per lock (callers nested), per caller stack, per thread, or per yield_to path or pair.
+    /// Rows: one per lock (callers nested), per caller stack, per owner (blame: who held the lock, the waits it
+    /// caused), per thread, or per yield_to path or pair.
     #[arg(long, value_enum, default_value_t = By::Lock)]
     pub by: By,
     /// Sort key (descending).
@@ -185,7 +188,8 @@ pub struct FlamegraphArgs {
     /// Differential flamegraph of two recordings (widths from AFTER; red grew, blue shrank).
     #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"])]
     pub diff: Option<Vec<PathBuf>>,
-    /// Frame width: wait time, hold time, contention count, or yield_to latency (KVM directed yield by caller).
+    /// Frame width: wait time, hold time, contention count, wait caused by each owner (blame: the owner's
+    /// acquire stack), or yield_to latency (KVM directed yield by caller).
     #[arg(long, value_enum, default_value_t = Metric::Wait)]
     pub metric: Metric,
     /// SVG output (default: lockprof.svg when --folded is not given either).

@@ -119,7 +119,23 @@ fn owner_support(layout: &Layout, rdonly: bool, hold_pick: Option<&'static str>)
         field("mutex", layout.mutex_owner, "mutex.owner"),
         field("rwsem", layout.rwsem_owner, "rw_semaphore.owner (readers counted)"),
         field("rt-mutex", layout.rtmutex_owner, "rt_mutex_base.owner (PREEMPT_RT)"),
-        tracked("rwlock"),
+        field(
+            "rwlock-rt",
+            layout.rwbase_rtmutex,
+            "rwbase_rt.rtmutex's owner (PREEMPT_RT rwsems and rwlocks; readers counted)",
+        ),
+        OwnerSupport {
+            lock_type: "rwlock",
+            owners: true,
+            detail: match hold_pick {
+                Some(k) => format!(
+                    "readers counted from the lock word; a writer tracked while release probes ({k}) time its hold"
+                ),
+                None => "readers counted from the lock word; a writer is unknown (release functions cannot be \
+                         probed here)"
+                    .into(),
+            },
+        },
         tracked("spinlock"),
     ]
 }

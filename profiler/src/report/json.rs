@@ -118,6 +118,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                 "field": l.field,
                 "rt_base": l.rt_base,
                 "addr": format!("{:#x}", l.addr),
+                "addresses": l.addresses,
                 "type": type_name(l.lock_type),
                 "mode": mode_name(l.mode),
                 "contended": l.wait.count(),

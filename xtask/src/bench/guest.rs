@@ -13,8 +13,12 @@ use serde_json::Value;
 use super::markdown::stats;
 
 /// Guest modes: label and `lockprof record` arguments (`None`: untraced).
-const MODES: &[(&str, Option<&str>)] =
-    &[("untraced", None), ("lockprof --no-holds", Some("--no-holds")), ("lockprof (holds timed)", Some(""))];
+const MODES: &[(&str, Option<&str>)] = &[
+    ("untraced", None),
+    ("lockprof --no-holds --no-owners", Some("--no-holds --no-owners")),
+    ("lockprof --no-holds", Some("--no-holds")),
+    ("lockprof (holds timed, owners read)", Some("")),
+];
 
 /// The guest's script: `rounds` rounds of every mode in rotating order,
 /// each a `secs`-second pipe storm; prints one `LOCKPROF-BENCH` line per

@@ -60,6 +60,8 @@ pub fn layout(t: &Types<'_>) -> Layout {
         btf_mutex: t.struct_id("mutex"),
         btf_rwsem: t.struct_id("rw_semaphore"),
         btf_task: t.struct_id("task_struct"),
+        rwbase_readers: first(t, "rw_semaphore", &["rwbase.readers"]),
+        rwbase_rtmutex: first(t, "rw_semaphore", &["rwbase.rtmutex"]),
         _pad: 0,
     }
 }
