@@ -67,6 +67,20 @@ fn load<T: Copy + Default>(cfg: &Config, obj: u64, off: u32, btf_id: u32) -> T {
     unsafe { bpf_probe_read_kernel((obj + u64::from(off)) as *const T) }.unwrap_or_default()
 }
 
+/// `task`'s pid and tgid, through one `bpf_rdonly_cast` where it can.
+#[inline(always)]
+fn task_ids(cfg: &Config, task: u64) -> (u32, u32) {
+    let t = &cfg.task;
+    let typed = rdonly(cfg, task, cfg.layout.btf_task);
+    if typed != 0 {
+        let at = |off: u32| (typed as *const u8).wrapping_add(off as usize) as *const u32;
+        // SAFETY: a BTF-typed pointer from bpf_rdonly_cast (see `load`);
+        // both offsets are load-time constants from this kernel's BTF.
+        return unsafe { (core::ptr::read_volatile(at(t.pid)), core::ptr::read_volatile(at(t.tgid))) };
+    }
+    (load(cfg, task, t.pid, 0), load(cfg, task, t.tgid, 0))
+}
+
 /// The owner word's offset, the BTF type of the lock, the flag bits.
 #[inline(always)]
 fn owner_word(cfg: &Config, flags: u32) -> Option<(u32, u32, u64)> {
@@ -137,11 +151,9 @@ pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
     if task == 0 || cfg.task.pid == 0 {
         return o;
     }
-    let t = &cfg.task;
     o.kind = owner::TASK;
     o.task = task;
-    o.tid = load(cfg, task, t.pid, cfg.layout.btf_task);
-    o.tgid = load(cfg, task, t.tgid, cfg.layout.btf_task);
+    (o.tid, o.tgid) = task_ids(cfg, task);
     // Its last contended acquisition of this lock, if that is the hold it
     // is in: a write-owned rwsem was taken for write (an owner that waited
     // as a reader earlier and then took the write side uncontended must not

@@ -10,8 +10,8 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
-    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, UNKNOWN_OFFSET, counter, is_spinning,
-    lcb, owner, task_key,
+    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT, STACK_SKIPPED, UNKNOWN_OFFSET,
+    counter, is_spinning, lcb, owner, task_key,
 };
 
 use crate::{
@@ -113,6 +113,12 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
     // space for each, and the verifier's limit is 512 bytes.
     let mut first = PendingWait::default();
     let mut insert = false;
+    // A mutex's first optimistic spin does not read the owner: that read is
+    // a miss on the contended lock's own cache line, the pipe storm's hot
+    // path, and most of those waits end within a few hundred ns. A wait
+    // that goes on to sleep reads it then (below), so every sleeping wait,
+    // where the wait time is, gets its owner.
+    let mut first_spin = false;
     let target: &mut PendingWait = if is_spinning(flags) {
         let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
         if !merge_begin(slot, lock_addr, flags) {
@@ -126,6 +132,7 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
         if slot.lock_addr != 0 {
             count(counter::STALE_SPIN);
         }
+        first_spin = true;
         slot
     } else {
         // A wait that may sleep: per task. A mutex that stops spinning to
@@ -135,6 +142,7 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
             (Some(slot), entry) => {
                 count(counter::REPEATED_BEGIN);
                 slot.flags |= flags;
+                slot.owner = owner_of(&cfg, lock_addr, flags);
                 let r = match entry {
                     Some(entry) if entry.lock_addr == 0 => {
                         *entry = *slot;
@@ -170,7 +178,11 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
     target.tgid = ids.tgid;
     target.tid = ids.tid;
     target.stack_id = stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid);
-    target.owner = owner_of(&cfg, lock_addr, flags);
+    target.owner = if first_spin {
+        Owner { stack_id: STACK_SKIPPED, ..Owner::default() }
+    } else {
+        owner_of(&cfg, lock_addr, flags)
+    };
     if insert {
         return pending_inserted(ctx, PENDING.insert(key, &first, u64::from(BPF_NOEXIST)));
     }

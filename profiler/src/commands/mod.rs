@@ -61,8 +61,10 @@ pub(crate) fn emit(bytes: &[u8], path: Option<&std::path::Path>) -> anyhow::Resu
 }
 
 /// Waits for `duration` (forever if `None`) or SIGINT/SIGTERM, whichever is first.
-pub(crate) async fn shutdown_or_sleep(duration: Option<std::time::Duration>) -> std::io::Result<()> {
-    let stop = crate::shutdown::on_signal()?;
+pub(crate) async fn shutdown_or_sleep(
+    stop: &tokio_util::sync::CancellationToken,
+    duration: Option<std::time::Duration>,
+) -> std::io::Result<()> {
     let sleep = async {
         match duration {
             Some(d) => tokio::time::sleep(d).await,

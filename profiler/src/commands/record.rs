@@ -30,6 +30,10 @@ pub(crate) async fn record_profile(
         Some(p) => Some(OutputFile::open(p).map_err(|e| UsageError(format!("cannot write the recording: {e}")))?),
         None => None,
     };
+    // Signals are caught from before attaching: one that arrives while the
+    // programs attach, or right after the message below, stops the
+    // recording cleanly instead of killing the process without a report.
+    let stop = crate::shutdown::on_signal()?;
     let session = Session::start(opts)?;
     match duration {
         Some(d) => {
@@ -37,7 +41,7 @@ pub(crate) async fn record_profile(
         }
         None => eprintln!("lockprof: recording with the {} backend; Ctrl-C to stop", session.backend()),
     }
-    super::shutdown_or_sleep(duration.map(Duration::from_secs_f64)).await?;
+    super::shutdown_or_sleep(&stop, duration.map(Duration::from_secs_f64)).await?;
     let profile = session.finish().await?;
     if let Some(out) = output {
         let path = out.save(&profile)?;

@@ -103,9 +103,21 @@ pub fn parse(lines: &[String]) -> Result<(Vec<GuestSample>, Vec<String>)> {
         if let Some(buf) = json.as_mut() {
             let line = raw;
             if line.trim() == "LOCKPROF-BENCH-JSON-END" {
-                let v: Value = serde_json::from_str(buf).context("lockprof's JSON in the guest")?;
-                if let Some(last) = samples.last_mut() {
-                    last.json = Some(v);
+                match serde_json::from_str::<Value>(buf) {
+                    Ok(v) => {
+                        if let Some(last) = samples.last_mut() {
+                            last.json = Some(v);
+                        }
+                    }
+                    // A run whose lockprof wrote no report: shown, not used.
+                    Err(e) => {
+                        if let Some(last) = samples.pop() {
+                            errors.push(format!(
+                                "label='{}' round={} lockprof wrote no JSON report ({e}): run left out",
+                                last.label, last.round
+                            ));
+                        }
+                    }
                 }
                 json = None;
             } else {

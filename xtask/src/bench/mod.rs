@@ -120,8 +120,19 @@ pub fn run(o: &Opts) -> Result<()> {
             soak: if o.soak_secs > 0 { Some(soak::serve_soak(o.soak_secs, 2)?) } else { None },
         })
     };
-    let guest = if o.guest { Some(guest::run(GUEST_ROUNDS, GUEST_SECS)?) } else { None };
-    let md = markdown::render(&facts, o, &results, extras.as_ref(), guest.as_ref());
+    // The guest part failing (QEMU, the image) costs its section, not the run.
+    let (guest, guest_failed) = match o.guest.then(|| guest::run(GUEST_ROUNDS, GUEST_SECS)) {
+        Some(Ok(g)) => (Some(g), None),
+        Some(Err(e)) => {
+            eprintln!("bench: guest measurement failed: {e:#}");
+            (None, Some(format!("{e:#}")))
+        }
+        None => (None, None),
+    };
+    let mut md = markdown::render(&facts, o, &results, extras.as_ref(), guest.as_ref());
+    if let Some(why) = guest_failed {
+        md.push_str(&format!("\n## Guest kernel\n\nThe guest measurement failed in this run: {why}\n"));
+    }
     print!("{md}");
     let path =
         if o.rotation_only { workspace_root().join("target/bench.md") } else { workspace_root().join("BENCHMARKS.md") };
