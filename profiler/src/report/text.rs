@@ -253,7 +253,8 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
                     "{:>10}  {:>11}  {:>10}  {who}  [{}]",
                     super::fmt_count(o.waits),
                     fmt_ns(o.wait_caused_ns),
-                    fmt_ns(o.wait_caused_max_ns),
+                    // The unknown row is what is left over: no single wait of its own.
+                    if o.kind == OwnerKind::Unknown { "-".to_string() } else { fmt_ns(o.wait_caused_max_ns) },
                     lock_title(l)
                 );
                 for f in &o.stack {
