@@ -56,6 +56,9 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
+    /// The names of the loaded BPF programs by id, as JSON (root): bpf_stats
+    /// in /proc/PID/fdinfo carries ids, not names.
+    ProgNames,
     /// Attach counting-only programs on the lock tracepoints (the overhead floor).
     Floor {
         /// Seconds (default: until SIGINT/SIGTERM).
@@ -238,6 +241,13 @@ fn main() -> anyhow::Result<()> {
         Cmd::Pipeline { events, stacks, locks } => pipeline(events, stacks, locks),
         Cmd::ServeMemory { keys, stacks, per_key, max_callers } => serve_memory(keys, stacks, per_key, max_callers),
         Cmd::Attach { rounds } => attach(rounds)?,
+        Cmd::ProgNames => {
+            let names: serde_json::Map<String, serde_json::Value> = aya::programs::loaded_programs()
+                .filter_map(Result::ok)
+                .map(|p| (p.id().to_string(), json!(p.name_as_str().unwrap_or_default())))
+                .collect();
+            serde_json::Value::Object(names)
+        }
         Cmd::Floor { duration } => {
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(floor(duration))?
         }
