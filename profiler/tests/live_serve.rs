@@ -16,12 +16,10 @@ use std::{
 
 use prost::Message as _;
 
+mod support;
+
 /// One daemon and one storm at a time on the machine's two CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
 
 fn have(bin: &str) -> bool {
     Command::new(bin).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
@@ -29,23 +27,13 @@ fn have(bin: &str) -> bool {
 
 /// `true` if the test can run; prints why not otherwise (fails in CI).
 fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
-    let mut reason = None;
-    if !lockprof::ebpf::check_privileges().can_trace() {
-        reason = Some("needs root (CAP_BPF and CAP_PERFMON)".to_string());
-    }
-    for (bin, pkg) in tools {
-        if reason.is_none() && !have(bin) {
-            reason = Some(format!("needs {bin} (Debian's {pkg}; cargo xtask setup installs it)"));
-        }
-    }
-    match reason {
-        None => true,
-        Some(r) if in_ci() => panic!("{test}: CI=true but {r}"),
-        Some(r) => {
-            eprintln!("skipping test {test} - {r}");
-            false
-        }
-    }
+    let reason = support::tracepoints_missing().or_else(|| {
+        tools
+            .iter()
+            .find(|(bin, _)| !have(bin))
+            .map(|(bin, pkg)| format!("needs {bin} (Debian's {pkg}; cargo xtask setup installs it)"))
+    });
+    support::ready_unless(test, reason)
 }
 
 fn lockprof() -> Command {

@@ -91,30 +91,48 @@ fn weight(l: &LockProfile, c: &CallerProfile, m: Metric) -> Result<u64, ExportEr
 
 /// Owners' acquire stacks weighted by the wait they caused, the lock as the
 /// leaf (or root); waits with no owner seen go under `[owner unknown]`.
-fn blame_lines(p: &Profile, o: &FoldOptions) -> Vec<String> {
+fn blame_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
+    fold_per_lock(p, o, |l| {
+        Ok(l.owners
+            .iter()
+            .map(|ow| {
+                let mut frames = root_first(&ow.stack, &ow.caller, o.offsets);
+                if ow.kind == crate::model::OwnerKind::Task && !ow.comm.is_empty() {
+                    frames.insert(0, clean(&ow.comm, true));
+                }
+                (frames, ow.wait_caused_ns)
+            })
+            .collect())
+    })
+}
+
+/// Folds the rows `rows` gives for each lock `o` picks (frames root first,
+/// weight), the lock's frame added at the leaf (or root); rows of weight 0
+/// are left out, identical stacks merged, lines sorted.
+fn fold_per_lock<'p>(
+    p: &'p Profile,
+    o: &FoldOptions,
+    rows: impl Fn(&'p LockProfile) -> Result<Vec<(Vec<String>, u64)>, ExportError>,
+) -> Result<Vec<String>, ExportError> {
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     let labels = p.labels();
     let which = Query { lock: o.query.lock.clone(), types: o.query.types.clone(), ..Query::default() };
     for l in which.locks(p) {
         let label = labels.get(&l.addr).map_or(l.display_name(), String::as_str);
         let lock_frame = clean(&format!("{label} [{}]", l.type_label()), true);
-        for ow in &l.owners {
-            if ow.wait_caused_ns == 0 {
+        for (mut frames, w) in rows(l)? {
+            if w == 0 {
                 continue;
-            }
-            let mut frames = root_first(&ow.stack, &ow.caller, o.offsets);
-            if ow.kind == crate::model::OwnerKind::Task && !ow.comm.is_empty() {
-                frames.insert(0, clean(&ow.comm, true));
             }
             if o.lock_root {
                 frames.insert(0, lock_frame.clone());
             } else {
                 frames.push(lock_frame.clone());
             }
-            *merged.entry(frames.join(";")).or_default() += ow.wait_caused_ns;
+            *merged.entry(frames.join(";")).or_default() += w;
         }
     }
-    merged.into_iter().map(|(k, v)| format!("{k} {v}")).collect()
+    Ok(merged.into_iter().map(|(k, v)| format!("{k} {v}")).collect())
 }
 
 /// A stack's frames root first, cleaned; the caller alone when the stack is
@@ -159,34 +177,16 @@ pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportE
         if p.locks.iter().all(|l| l.owners.is_empty()) {
             return Err(ExportError::NoBlame);
         }
-        return Ok(blame_lines(p, o));
+        return blame_lines(p, o);
     }
     if o.metric == Metric::Hold && p.locks.iter().all(|l| l.hold.is_none()) {
         return Err(ExportError::NoHold(
             p.meta.hold_unavailable.clone().unwrap_or_else(|| "backend sees waits only".into()),
         ));
     }
-    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
-    let labels = p.labels();
-    let which = Query { lock: o.query.lock.clone(), types: o.query.types.clone(), ..Query::default() };
-    for l in which.locks(p) {
-        let label = labels.get(&l.addr).map_or(l.display_name(), String::as_str);
-        let lock_frame = clean(&format!("{label} [{}]", l.type_label()), true);
-        for c in l.callers.iter() {
-            let w = weight(l, c, o.metric)?;
-            if w == 0 {
-                continue;
-            }
-            let mut frames = root_first(&c.stack, &c.caller, o.offsets);
-            if o.lock_root {
-                frames.insert(0, lock_frame.clone());
-            } else {
-                frames.push(lock_frame.clone());
-            }
-            *merged.entry(frames.join(";")).or_default() += w;
-        }
-    }
-    Ok(merged.into_iter().map(|(k, v)| format!("{k} {v}")).collect())
+    fold_per_lock(p, o, |l| {
+        l.callers.iter().map(|c| Ok((root_first(&c.stack, &c.caller, o.offsets), weight(l, c, o.metric)?))).collect()
+    })
 }
 
 #[cfg(test)]
