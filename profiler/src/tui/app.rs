@@ -1,8 +1,9 @@
 //! TUI state. Changes only in [`App::apply`], [`App::on_key`] and
-//! [`App::on_profile`]; rendering (ui.rs) is a pure function of it.
+//! [`App::on_profile`]; rendering (ui.rs, view/) is a pure function of it.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
+    fmt,
     sync::Arc,
 };
 
@@ -31,12 +32,30 @@ pub enum View {
 /// A row of the yield_to view.
 #[derive(Clone, Debug)]
 pub struct YieldRow {
-    /// `path` (a caller stack) or `pair` (yielder -> target).
-    pub kind: &'static str,
+    /// A caller path or a (yielder, target) pair.
+    pub kind: YieldRowKind,
     /// The caller path, or `tid comm -> tid comm`.
     pub name: String,
     /// Outcomes and latency.
     pub stats: YieldStats,
+}
+
+/// What a yield_to row counts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum YieldRowKind {
+    /// One caller stack of yield_to.
+    Path,
+    /// One (yielder, target) pair of threads.
+    Pair,
+}
+
+impl fmt::Display for YieldRowKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            YieldRowKind::Path => "path",
+            YieldRowKind::Pair => "pair",
+        })
+    }
 }
 
 /// The rows of every view, built when the profile or a filter changes,
@@ -233,7 +252,7 @@ impl App {
         let mut yields: Vec<YieldRow> = q
             .yield_callers(p)
             .into_iter()
-            .map(|c| YieldRow { kind: "path", name: c.path.clone(), stats: c.stats.clone() })
+            .map(|c| YieldRow { kind: YieldRowKind::Path, name: c.path.clone(), stats: c.stats.clone() })
             .collect();
         yields.extend(q.yield_pairs(p).into_iter().map(|pr| {
             let target = if pr.target_tid == 0 {
@@ -241,7 +260,11 @@ impl App {
             } else {
                 format!("{} {}", pr.target_tid, pr.target_comm)
             };
-            YieldRow { kind: "pair", name: format!("{} {} -> {target}", pr.tid, pr.comm), stats: pr.stats.clone() }
+            YieldRow {
+                kind: YieldRowKind::Pair,
+                name: format!("{} {} -> {target}", pr.tid, pr.comm),
+                stats: pr.stats.clone(),
+            }
         }));
         self.rows = Rows {
             locks: q.lock_indices(p),

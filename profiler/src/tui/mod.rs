@@ -5,6 +5,7 @@
 mod app;
 mod keys;
 mod ui;
+mod view;
 
 use std::{
     sync::{
