@@ -11,7 +11,7 @@ use ratatui::{
 
 use super::{
     app::{App, View},
-    keys::BINDINGS,
+    keys::{self, BINDINGS},
     view,
 };
 use crate::{
@@ -170,12 +170,10 @@ fn footer(app: &App, area: Rect, buf: &mut Buffer) {
             format!("filter: {}_   (Enter keeps, Esc clears)", app.filter),
             Style::new().fg(Color::Cyan),
         ))
-    } else if let Some(s) = &app.status {
-        Line::from(Span::styled(s.clone(), Style::new().fg(Color::Green)))
+    } else if let Some(s) = app.status() {
+        Line::from(Span::styled(s.to_string(), Style::new().fg(Color::Green)))
     } else {
-        Line::from(
-            "q quit  ? help  j/k move  Enter expand  s sort  / filter  t type  p pause  r reset  e export  Tab view",
-        )
+        Line::from(keys::footer())
     };
     Paragraph::new(line).render(area, buf);
 }
