@@ -1,5 +1,6 @@
 //! Rendering: a pure function of [`App`] (no I/O, no locks, no panics on
-//! empty data or huge numbers).
+//! empty data or huge numbers). This file lays out the frame (status lines,
+//! the current view's table from `view/`, detail pane, footer, help).
 
 use ratatui::{
     buffer::Buffer,

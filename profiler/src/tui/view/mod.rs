@@ -125,7 +125,7 @@ pub(super) mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::Profile;
+    use crate::{model::Profile, tui::Action};
 
     /// The lines of the current view's table in a `w` x `h` area, right-trimmed.
     pub(crate) fn table_lines(app: &App, w: u16, h: u16) -> Vec<String> {
@@ -140,7 +140,9 @@ pub(super) mod tests {
     pub(crate) fn app_on(p: Profile, view: View) -> App {
         let mut app = App::new();
         app.on_profile(Arc::new(p), 1.0);
-        app.view = view;
+        while app.view != view {
+            app.apply(Action::NextView);
+        }
         app
     }
 
