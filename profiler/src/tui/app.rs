@@ -1,8 +1,11 @@
-//! TUI state. Changes only in [`App::apply`], [`App::on_key`] and
-//! [`App::on_profile`]; rendering (ui.rs) is a pure function of it.
+//! TUI state. Changes only in [`App::apply`], [`App::on_key`],
+//! [`App::on_profile`] and [`App::on_export`]; rendering (ui.rs, view/) is a
+//! pure function of it.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
+    fmt,
+    path::PathBuf,
     sync::Arc,
 };
 
@@ -31,12 +34,30 @@ pub enum View {
 /// A row of the yield_to view.
 #[derive(Clone, Debug)]
 pub struct YieldRow {
-    /// `path` (a caller stack) or `pair` (yielder -> target).
-    pub kind: &'static str,
+    /// A caller path or a (yielder, target) pair.
+    pub kind: YieldRowKind,
     /// The caller path, or `tid comm -> tid comm`.
     pub name: String,
     /// Outcomes and latency.
     pub stats: YieldStats,
+}
+
+/// What a yield_to row counts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum YieldRowKind {
+    /// One caller stack of yield_to.
+    Path,
+    /// One (yielder, target) pair of threads.
+    Pair,
+}
+
+impl fmt::Display for YieldRowKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            YieldRowKind::Path => "path",
+            YieldRowKind::Pair => "pair",
+        })
+    }
 }
 
 /// The rows of every view, built when the profile or a filter changes,
@@ -131,7 +152,7 @@ pub struct App {
     /// Help overlay shown.
     pub help: bool,
     /// Last status message (export result, reset).
-    pub status: Option<String>,
+    status: Option<String>,
     /// Contentions per second over the last interval.
     pub rate: f64,
     /// Per-lock contentions/s over the last interval.
@@ -233,7 +254,7 @@ impl App {
         let mut yields: Vec<YieldRow> = q
             .yield_callers(p)
             .into_iter()
-            .map(|c| YieldRow { kind: "path", name: c.path.clone(), stats: c.stats.clone() })
+            .map(|c| YieldRow { kind: YieldRowKind::Path, name: c.path.clone(), stats: c.stats.clone() })
             .collect();
         yields.extend(q.yield_pairs(p).into_iter().map(|pr| {
             let target = if pr.target_tid == 0 {
@@ -241,7 +262,11 @@ impl App {
             } else {
                 format!("{} {}", pr.target_tid, pr.target_comm)
             };
-            YieldRow { kind: "pair", name: format!("{} {} -> {target}", pr.tid, pr.comm), stats: pr.stats.clone() }
+            YieldRow {
+                kind: YieldRowKind::Pair,
+                name: format!("{} {} -> {target}", pr.tid, pr.comm),
+                stats: pr.stats.clone(),
+            }
         }));
         self.rows = Rows {
             locks: q.lock_indices(p),
@@ -251,6 +276,19 @@ impl App {
             labels: p.labels(),
         };
         self.clamp_selection();
+    }
+
+    /// The last status message (export result, reset).
+    pub fn status(&self) -> Option<&str> {
+        self.status.as_deref()
+    }
+
+    /// The runner saved (or failed to save) the recording [`Effect::Export`] asked for.
+    pub fn on_export(&mut self, saved: Result<PathBuf, impl fmt::Display>) {
+        self.status = Some(match saved {
+            Ok(p) => format!("exported {} (lockprof report --input {})", p.display(), p.display()),
+            Err(e) => format!("export failed: {e}"),
+        });
     }
 
     /// The label of a lock (its name, with the address where names collide).
@@ -477,6 +515,18 @@ mod tests {
         assert_eq!(app.history_of(&pipe).len(), 2);
         assert_eq!(app.apply(Action::Reset), Effect::Reset);
         assert!(app.history_of(&pipe).is_empty());
+    }
+
+    #[test]
+    fn export_outcomes_become_the_status_line() {
+        let mut app = App::new();
+        assert_eq!(app.status(), None);
+        app.on_export(Ok::<_, String>(PathBuf::from("t.lockprof")));
+        assert_eq!(app.status(), Some("exported t.lockprof (lockprof report --input t.lockprof)"));
+        app.on_export(Err("disk full"));
+        assert_eq!(app.status(), Some("export failed: disk full"));
+        app.apply(Action::Reset);
+        assert_eq!(app.status(), Some("statistics reset"));
     }
 
     #[test]

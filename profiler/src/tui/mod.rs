@@ -5,6 +5,7 @@
 mod app;
 mod keys;
 mod ui;
+mod view;
 
 use std::{
     sync::{
@@ -101,10 +102,8 @@ pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
                 Effect::Export => {
                     let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
                     let path = std::path::PathBuf::from(format!("lockprof-top-{secs}.lockprof"));
-                    app.status = Some(match recording::save(&path, &app.profile) {
-                        Ok(p) => format!("exported {} (lockprof report --input {})", p.display(), p.display()),
-                        Err(e) => format!("export failed: {e}"),
-                    });
+                    let saved = recording::save(&path, &app.profile);
+                    app.on_export(saved);
                 }
             }
         }

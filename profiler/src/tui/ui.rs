@@ -1,20 +1,19 @@
 //! Rendering: a pure function of [`App`] (no I/O, no locks, no panics on
-//! empty data or huge numbers).
+//! empty data or huge numbers). This file lays out the frame (status lines,
+//! the current view's table from `view/`, detail pane, footer, help).
 
 use ratatui::{
     buffer::Buffer,
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{
-        Bar, BarChart, BarGroup, Block, Borders, Cell, Clear, Paragraph, Row, Sparkline, StatefulWidget, Table,
-        TableState, Widget,
-    },
+    widgets::{Bar, BarChart, BarGroup, Block, Borders, Clear, Paragraph, Row, Sparkline, Table, Widget},
 };
 
 use super::{
     app::{App, View},
-    keys::BINDINGS,
+    keys::{self, BINDINGS},
+    view,
 };
 use crate::{
     model::{LockProfile, OwnerKind, Stats, type_name},
@@ -88,209 +87,6 @@ fn header(app: &App, area: Rect, buf: &mut Buffer) {
         l2.push(Span::styled(format!("  /{}", app.filter), Style::new().fg(Color::Cyan)));
     }
     Paragraph::new(vec![Line::from(l1), Line::from(l2)]).render(area, buf);
-}
-
-/// `label` in at most `width` columns, keeping a trailing `#<hex>` instance
-/// suffix visible (it tells locks with one name apart): the middle is elided.
-fn fit(label: &str, width: usize) -> String {
-    let n = label.chars().count();
-    if n <= width || width == 0 {
-        return label.to_string();
-    }
-    let suffix = label.rfind(" #").map_or("", |i| &label[i + 1..]);
-    let keep = width.saturating_sub(suffix.chars().count() + 1);
-    if suffix.is_empty() || keep == 0 {
-        return label.chars().take(width).collect();
-    }
-    format!("{}…{suffix}", label.chars().take(keep).collect::<String>())
-}
-
-fn hold_cell(h: Option<&Stats>) -> String {
-    h.map(|h| fmt_ns(h.total_ns())).unwrap_or_else(|| "-".into())
-}
-
-fn table(app: &App, area: Rect, buf: &mut Buffer) {
-    let head_style = Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED);
-    let (header, rows, widths): (Vec<&str>, Vec<Row>, Vec<Constraint>) = match app.view {
-        View::Locks => {
-            // Narrow terminals drop the least essential columns first.
-            let wide = area.width >= 96;
-            let medium = area.width >= 72;
-            // What the fixed columns and their gaps leave for the name.
-            let fixed = 10 + 7 + 9 + 9 + if medium { 7 + 9 } else { 0 } + if wide { 9 + 8 } else { 0 };
-            let gaps = if wide {
-                8
-            } else if medium {
-                6
-            } else {
-                4
-            };
-            let name_width = usize::from(area.width).saturating_sub(fixed + gaps).max(16);
-            let rows = app
-                .lock_rows()
-                .into_iter()
-                .map(|l| {
-                    let mut cells = vec![Cell::from(fit(app.label(l), name_width)), Cell::from(l.type_label())];
-                    if medium {
-                        cells.push(Cell::from(fmt_count(app.rate_of(l) as u64)));
-                    }
-                    cells.push(Cell::from(fmt_count(l.wait.count())));
-                    cells.push(Cell::from(fmt_ns(l.wait.total_ns())));
-                    if wide {
-                        cells.push(Cell::from(fmt_ns(l.wait.avg_ns())));
-                    }
-                    if medium {
-                        cells.push(Cell::from(fmt_ns(l.wait.max_ns())));
-                    }
-                    cells.push(Cell::from(fmt_ns(l.wait.quantile_ns(0.99))));
-                    if wide {
-                        cells.push(Cell::from(hold_cell(l.hold.as_ref())));
-                    }
-                    Row::new(cells)
-                })
-                .collect();
-            let mut head = vec!["LOCK", "TYPE"];
-            let mut widths = vec![Constraint::Min(16), Constraint::Length(10)];
-            if medium {
-                head.push("CONT/S");
-                widths.push(Constraint::Length(7));
-            }
-            head.extend(["CONT", "WAIT"]);
-            widths.extend([Constraint::Length(7), Constraint::Length(9)]);
-            if wide {
-                head.push("AVG");
-                widths.push(Constraint::Length(9));
-            }
-            if medium {
-                head.push("MAX");
-                widths.push(Constraint::Length(9));
-            }
-            head.push("P99");
-            widths.push(Constraint::Length(9));
-            if wide {
-                head.push("HOLD");
-                widths.push(Constraint::Length(8));
-            }
-            (head, rows, widths)
-        }
-        View::Callers => {
-            let rows = app
-                .caller_rows()
-                .into_iter()
-                .map(|(l, c)| {
-                    Row::new(vec![
-                        Cell::from(c.caller.clone()),
-                        Cell::from(app.label(l).to_string()),
-                        Cell::from(fmt_count(c.wait.count())),
-                        Cell::from(fmt_ns(c.wait.total_ns())),
-                        Cell::from(fmt_ns(c.wait.avg_ns())),
-                        Cell::from(fmt_ns(c.wait.max_ns())),
-                        Cell::from(hold_cell(c.hold.as_ref())),
-                    ])
-                })
-                .collect();
-            (
-                vec!["CALLER", "LOCK", "CONT", "WAIT", "AVG", "MAX", "HOLD"],
-                rows,
-                vec![
-                    Constraint::Min(20),
-                    Constraint::Min(16),
-                    Constraint::Length(7),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                    Constraint::Length(8),
-                ],
-            )
-        }
-        View::Tasks => {
-            let rows = app
-                .task_rows()
-                .into_iter()
-                .map(|t| {
-                    Row::new(vec![
-                        Cell::from(t.tid.to_string()),
-                        Cell::from(t.tgid.to_string()),
-                        Cell::from(t.comm.clone()),
-                        Cell::from(fmt_count(t.wait.count())),
-                        Cell::from(fmt_ns(t.wait.total_ns())),
-                        Cell::from(fmt_ns(t.wait.avg_ns())),
-                        Cell::from(fmt_ns(t.wait.max_ns())),
-                    ])
-                })
-                .collect();
-            (
-                vec!["TID", "PID", "COMM", "CONT", "WAIT", "AVG", "MAX"],
-                rows,
-                vec![
-                    Constraint::Length(8),
-                    Constraint::Length(8),
-                    Constraint::Min(16),
-                    Constraint::Length(7),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                ],
-            )
-        }
-        View::Yield => {
-            let rows = app
-                .yield_rows()
-                .iter()
-                .map(|r| {
-                    let l = &r.stats.latency;
-                    Row::new(vec![
-                        Cell::from(r.kind),
-                        Cell::from(r.name.clone()),
-                        Cell::from(fmt_count(r.stats.calls())),
-                        Cell::from(fmt_count(r.stats.yielded)),
-                        Cell::from(fmt_count(r.stats.failed)),
-                        Cell::from(fmt_count(r.stats.errors)),
-                        Cell::from(fmt_ns(l.avg_ns())),
-                        Cell::from(fmt_ns(l.max_ns())),
-                    ])
-                })
-                .collect();
-            (
-                vec!["ROW", "CALLER PATH / YIELDER -> TARGET", "CALLS", "YIELDED", "FAILED", "ERR", "AVG", "MAX"],
-                rows,
-                vec![
-                    Constraint::Length(4),
-                    Constraint::Min(24),
-                    Constraint::Length(7),
-                    Constraint::Length(7),
-                    Constraint::Length(7),
-                    Constraint::Length(5),
-                    Constraint::Length(9),
-                    Constraint::Length(9),
-                ],
-            )
-        }
-    };
-    let empty = rows.is_empty();
-    let t = Table::new(rows, widths)
-        .header(Row::new(header).style(head_style))
-        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
-        .block(Block::new().borders(Borders::TOP));
-    let mut state = TableState::default().with_selected(if empty { None } else { Some(app.selected) });
-    StatefulWidget::render(t, area, buf, &mut state);
-    if empty {
-        let msg = match (&app.view, &app.profile.yield_to) {
-            (View::Yield, None) => format!(
-                "yield_to is not profiled: {}",
-                app.profile.meta.yield_unavailable.as_deref().unwrap_or("no profile yet")
-            ),
-            (View::Yield, Some(y)) if y.total.calls() == 0 => {
-                "no yield_to calls yet (no KVM vCPU has yielded)".to_string()
-            }
-            _ if app.profile.locks.is_empty() && app.view != View::Yield => {
-                "waiting for lock contention...".to_string()
-            }
-            _ => "no rows match the filters".to_string(),
-        };
-        let inner = Rect { y: area.y.saturating_add(2), height: area.height.saturating_sub(2), ..area };
-        Paragraph::new(msg).style(Style::new().fg(Color::DarkGray)).render(inner, buf);
-    }
 }
 
 /// Histogram of a lock's waits in power-of-two bins.
@@ -375,12 +171,10 @@ fn footer(app: &App, area: Rect, buf: &mut Buffer) {
             format!("filter: {}_   (Enter keeps, Esc clears)", app.filter),
             Style::new().fg(Color::Cyan),
         ))
-    } else if let Some(s) = &app.status {
-        Line::from(Span::styled(s.clone(), Style::new().fg(Color::Green)))
+    } else if let Some(s) = app.status() {
+        Line::from(Span::styled(s.to_string(), Style::new().fg(Color::Green)))
     } else {
-        Line::from(
-            "q quit  ? help  j/k move  Enter expand  s sort  / filter  t type  p pause  r reset  e export  Tab view",
-        )
+        Line::from(keys::footer())
     };
     Paragraph::new(line).render(area, buf);
 }
@@ -409,7 +203,7 @@ impl Widget for &App {
         ])
         .areas(area);
         header(self, head, buf);
-        table(self, body, buf);
+        view::render(self, body, buf);
         if let Some(l) = detail_lock {
             detail(self, l, det, buf);
         }
@@ -519,13 +313,6 @@ mod tests {
         assert!(screen.contains("yield_to is not profiled: yield_to cannot be probed"), "{screen}");
         // Tiny terminals do not panic.
         render(&app, 10, 3);
-    }
-
-    #[test]
-    fn labels_are_cut_in_the_middle_keeping_the_instance() {
-        assert_eq!(fit("mutex @ anon_pipe_write #a1b2c0", 21), "mutex @ anon_…#a1b2c0");
-        assert_eq!(fit("short", 21), "short");
-        assert_eq!(fit("tasklist_lock (no suffix here at all)", 10), "tasklist_l");
     }
 
     #[test]
