@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{By, ReportOptions, fmt_ns};
-use crate::model::{LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile, YieldStats, type_label};
+use crate::model::{Counter, LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile, YieldStats, type_label};
 
 fn stat_cols(s: &Stats) -> String {
     format!(
@@ -46,7 +46,9 @@ fn header(p: &Profile, out: &mut String) {
         if m.kernel.is_empty() { "?" } else { &m.kernel },
         if m.hostname.is_empty() { String::new() } else { format!(", host {}", m.hostname) },
     );
-    let nonzero: Vec<String> = m.drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+    let mut nonzero: Vec<Counter> = m.drops.iter().filter(|c| c.value > 0).collect();
+    nonzero.sort_by_key(|c| c.name);
+    let nonzero: Vec<String> = nonzero.iter().map(|c| format!("{}={}", c.name, c.value)).collect();
     if nonzero.is_empty() {
         let _ = writeln!(out, "counters: all zero (nothing lost)");
     } else {
