@@ -1,7 +1,8 @@
 //! The counters every recording carries, typed: [`Losses`] (something
 //! lockprof meant to measure was lost: a map or buffer ran out, or the kernel
 //! skipped a program) and [`Bookkeeping`] (how events were handled by design:
-//! merged, reused, folded with exact totals, streamed, counted).
+//! merged, reused, skipped like perf, folded with exact totals, streamed,
+//! counted).
 //!
 //! Each group lists its counters once ([`Losses::LIST`],
 //! [`Bookkeeping::LIST`]); the text report, the JSON `drops` object, the
@@ -80,6 +81,9 @@ pub struct Losses {
     pub hold_map_full: u64,
     /// `yield_to` calls in progress exceeded the entry map: those calls not measured.
     pub yield_map_full: u64,
+    /// A mutex spin's end was never seen (the kernel skipped our program): the
+    /// next wait on that CPU found it in its slot and discarded it, unmeasured.
+    pub stale_spin_discarded: u64,
     /// The lock identity map was full: that lock is named from userspace only.
     pub ident_map_full: u64,
     /// The holder map was full: later waiters on that lock get no owner.
@@ -94,13 +98,14 @@ pub struct Losses {
 
 impl Losses {
     /// Every loss counter, in display order.
-    pub const LIST: [Field<Losses>; 11] = [
+    pub const LIST: [Field<Losses>; 12] = [
         field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
         field!(kernel(counter::STACK_FAILED), stack_failed),
         field!(kernel(counter::PENDING_FULL), pending_map_full),
         field!(kernel(counter::REENTERED), reentered),
         field!(kernel(counter::HOLD_MAP_FULL), hold_map_full),
         field!(kernel(counter::YIELD_MAP_FULL), yield_map_full),
+        field!(kernel(counter::STALE_SPIN), stale_spin_discarded),
         field!(kernel(counter::IDENT_MAP_FULL), ident_map_full),
         field!(kernel(counter::HOLDER_MAP_FULL), holder_map_full),
         field!(user::RECURSION_MISSES, recursion_misses),
@@ -119,9 +124,6 @@ pub struct Bookkeeping {
     pub nested_skipped: u64,
     /// A second begin on the same lock (mutex spin, then sleep): merged.
     pub repeated_begin: u64,
-    /// A mutex spin's end the kernel skipped (in `recursion_misses`): the
-    /// stale wait is discarded, never measured as a long one.
-    pub stale_spin_discarded: u64,
     /// Stack budget spent: the thread's last stack for that lock and flags was used.
     pub stack_reused: u64,
     /// Stack budget spent and nothing to reuse: the wait has no stack.
@@ -156,11 +158,10 @@ pub struct Bookkeeping {
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 19] = [
+    pub const LIST: [Field<Bookkeeping>; 18] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
-        field!(kernel(counter::STALE_SPIN), stale_spin_discarded),
         field!(kernel(counter::STACK_REUSED), stack_reused),
         field!(kernel(counter::STACK_SKIPPED), stack_skipped),
         field!(kernel(counter::AGG_FULL), agg_map_full),
