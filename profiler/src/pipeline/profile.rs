@@ -423,6 +423,22 @@ ffffffff822702f1 T __lock_text_end
     }
 
     #[test]
+    fn snapshot_overflows_become_bookkeeping_counters() {
+        use crate::pipeline::aggregator::Overflow;
+        let mut snap = Aggregator::new(Limits::default()).snapshot();
+        snap.overflow = Overflow { locks: 1, callers: 2, tasks: 3, aged_locks: 4, aged_tasks: 5, aged_callers: 6 };
+        snap.yields = Arc::new(YieldAgg { overflow: 7, ..YieldAgg::default() });
+        let mut meta = Meta::default();
+        meta.drops.losses.ringbuf_full = 9;
+        let p = to_profile(&snap, Resolver::new(Arc::new(Kallsyms::default()), HashMap::new()), meta);
+        let b = &p.meta.drops.bookkeeping;
+        let folded = [b.lock_keys_overflow, b.caller_keys_overflow, b.task_keys_overflow, b.yield_keys_overflow];
+        assert_eq!(folded, [1, 2, 3, 7]);
+        assert_eq!([b.lock_rows_aged, b.task_rows_aged, b.caller_rows_aged], [4, 5, 6]);
+        assert_eq!(p.meta.drops.losses.ringbuf_full, 9, "the session's counters are kept");
+    }
+
+    #[test]
     fn profile_names_locks_and_merges_identical_stacks() {
         let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
         let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
