@@ -1,5 +1,7 @@
 //! Indices and names of the per-CPU failure and bookkeeping counters
-//! (`COUNTERS` map).
+//! (`COUNTERS` map), and the names of the counters userspace keeps ([`user`]).
+//! Every counter name is defined here once; userspace's `Counters` says
+//! which ones are losses.
 
 /// Contention events submitted to the ring buffer.
 pub const EVENTS: u32 = 0;
@@ -75,3 +77,32 @@ pub const NAMES: [&str; COUNT as usize] = [
     "ident_map_full",
     "holder_map_full",
 ];
+
+/// Names of the counters userspace keeps (not in the `COUNTERS` map); what
+/// each means is documented on its field of userspace's `Counters`.
+pub mod user {
+    /// Program runs the kernel skipped to avoid recursion.
+    pub const RECURSION_MISSES: &str = "recursion_misses";
+    /// Events submitted that never reached the aggregator.
+    pub const USERSPACE_LOST: &str = "userspace_lost";
+    /// Ring buffer records of the wrong size.
+    pub const MALFORMED_RECORDS: &str = "malformed_records";
+    /// Waits still open at stop, measured up to the stop.
+    pub const OPEN_AT_STOP: &str = "open_at_stop";
+    /// Waits folded into the `[other]` lock row.
+    pub const LOCK_KEYS_OVERFLOW: &str = "lock_keys_overflow";
+    /// Waits folded into a lock's `[other]` caller row.
+    pub const CALLER_KEYS_OVERFLOW: &str = "caller_keys_overflow";
+    /// Waits folded into the `[other]` thread row.
+    pub const TASK_KEYS_OVERFLOW: &str = "task_keys_overflow";
+    /// Lock rows aged out.
+    pub const LOCK_ROWS_AGED: &str = "lock_rows_aged";
+    /// Caller rows aged out.
+    pub const CALLER_ROWS_AGED: &str = "caller_rows_aged";
+    /// Thread rows aged out.
+    pub const TASK_ROWS_AGED: &str = "task_rows_aged";
+    /// `yield_to` calls folded into `[other]` caller or pair rows.
+    pub const YIELD_KEYS_OVERFLOW: &str = "yield_keys_overflow";
+    /// `lockprof serve`: pprof window rows folded at its row cap.
+    pub const WINDOW_ROWS_FOLDED: &str = "window_rows_folded";
+}

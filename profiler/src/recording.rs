@@ -172,6 +172,36 @@ mod tests {
         }
     }
 
+    /// Written by lockprof before its counters were typed (`drops` a plain
+    /// name -> count map), with the reports it rendered from it.
+    const UNTYPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/v1-untyped-counters");
+
+    #[test]
+    fn recordings_with_untyped_counters_load_and_render_as_before() {
+        let dir = Path::new(UNTYPED);
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("test data");
+        let p = load(&dir.join("recording.json")).expect("load");
+        let d = &p.meta.drops;
+        assert_eq!(
+            (d.losses.pending_map_full, d.losses.recursion_misses, d.bookkeeping.caller_keys_overflow),
+            (30, 4, 7)
+        );
+        let opts = ReportOptions::default();
+        assert_eq!(render_json(&p, &opts), read("report.json"));
+        // The text is the same but for the losses named on the counters line.
+        let old = read("report.txt");
+        let (losses, text) =
+            (" (lost: hold_map_full ident_map_full pending_map_full recursion_misses)", render_text(&p, &opts));
+        let counters = old.lines().nth(1).expect("a counters line");
+        assert!(counters.starts_with("counters: "), "{counters}");
+        assert_eq!(text, old.replacen(counters, &format!("{counters}{losses}"), 1));
+        // A counter this version does not know (from another version) is skipped.
+        let other =
+            read("recording.json").replacen("\"agg_map_full\":0", "\"retired_counter\":5,\"agg_map_full\":0", 1);
+        assert!(other.contains("retired_counter"));
+        assert_eq!(parse(dir, other.as_bytes()).expect("parse").meta, p.meta);
+    }
+
     #[test]
     fn output_file_keeps_old_content_until_saved() {
         let path = tmp("keep");

@@ -46,10 +46,8 @@ fn every_contention_is_counted_once_across_many_drains() {
     let ends = ends_after - ends_before;
     let d = &p.meta.drops;
     // Ends lockprof saw without measuring a wait, each counted by a counter.
-    let unmeasured = ["end_without_begin", "nested_skipped", "reentered", "recursion_misses"]
-        .iter()
-        .map(|k| d.get(*k).copied().unwrap_or(0))
-        .sum::<u64>();
+    let unmeasured =
+        d.bookkeeping.end_without_begin + d.bookkeeping.nested_skipped + d.losses.reentered + d.losses.recursion_misses;
     let counted = p.meta.events;
     eprintln!("{TEST}: floor ends {ends}, lockprof waits {counted}, unmeasured {unmeasured}, drops {d:?}");
     assert!(ends > 100_000, "the storm made only {ends} contentions");

@@ -223,7 +223,7 @@ fn serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm(
     let w1 =
         sample(&first, "lockprof_lock_wait_seconds_total", &PIPE).unwrap_or_else(|| panic!("no pipe mutex:\n{first}"));
     let c1 = sample(&first, "lockprof_lock_contentions_total", &PIPE).expect("pipe contentions");
-    assert!(first.contains("lockprof_dropped_events_total{reason=\"ringbuf_full\"}"), "{first}");
+    assert!(first.contains("lockprof_dropped_events_total{reason=\"ringbuf_full\",kind=\"loss\"}"), "{first}");
     assert!(first.contains("lockprof_build_info{"), "{first}");
     assert!(first.lines().filter(|l| l.starts_with("lockprof_lock_contentions_total{")).count() <= 20 + 8 * 3);
 

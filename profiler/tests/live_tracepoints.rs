@@ -72,13 +72,13 @@ fn callers_of(l: &LockProfile) -> Vec<&str> {
 }
 
 fn assert_counters_sane(p: &Profile) {
-    for k in ["ringbuf_full", "pending_map_full", "userspace_lost", "malformed_records"] {
-        assert_eq!(p.meta.drops.get(k).copied(), Some(0), "{k} should be 0: {:?}", p.meta.drops);
-    }
+    let l = &p.meta.drops.losses;
+    let lost = [l.ringbuf_full, l.pending_map_full, l.userspace_lost, l.malformed_records];
+    assert_eq!(lost, [0; 4], "ringbuf_full, pending_map_full, userspace_lost, malformed_records: {:?}", p.meta.drops);
     assert!(p.meta.events > 0);
     // Every event lands in exactly one lock row (waits still open at stop included).
     assert_eq!(p.meta.events, p.locks.iter().map(|l| l.wait.count()).sum::<u64>());
-    assert!(p.meta.drops["open_at_stop"] <= p.meta.events);
+    assert!(p.meta.drops.bookkeeping.open_at_stop <= p.meta.events);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The data model shared by every face of lockprof: statistics, lock kinds,
 //! and the resolved [`Profile`] that reports, recordings and exports read.
 
+mod counters;
 mod grouping;
 mod histogram;
 mod kind;
@@ -8,6 +9,7 @@ mod profile;
 mod stats;
 mod yields;
 
+pub use counters::{Bookkeeping, Counter, CounterKind, Counters, Field, Losses};
 pub use grouping::grouped_by_name;
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{

@@ -6,7 +6,7 @@ use profiler_common::{LockMode, LockType};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Stats, YieldProfile,
+    Counters, Stats, YieldProfile,
     kind::{serde_mode, serde_type},
 };
 
@@ -42,8 +42,10 @@ pub struct Meta {
     pub started_unix_s: u64,
     /// Contention events aggregated.
     pub events: u64,
-    /// Named loss and bookkeeping counters (ring buffer, stacks, maps, keys).
-    pub drops: BTreeMap<String, u64>,
+    /// Loss and bookkeeping counters (ring buffer, stacks, maps, keys); a
+    /// name -> count map in JSON.
+    #[serde(default)]
+    pub drops: Counters,
     /// Why hold times are absent, when they are.
     pub hold_unavailable: Option<String>,
     /// How hold times were measured (`fentry`, `kprobe`), when they were.

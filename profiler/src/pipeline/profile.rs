@@ -259,16 +259,14 @@ impl<S: StackSource> ProfileBuilder<S> {
     /// wait. Locks whose rows are the same as last time are not rebuilt.
     pub fn build(&mut self, snap: &Snapshot, mut meta: Meta) -> Profile {
         meta.events = snap.events;
-        for (name, n) in [
-            ("lock_keys_overflow", snap.overflow.locks),
-            ("caller_keys_overflow", snap.overflow.callers),
-            ("task_keys_overflow", snap.overflow.tasks),
-            ("lock_rows_aged", snap.overflow.aged_locks),
-            ("task_rows_aged", snap.overflow.aged_tasks),
-            ("caller_rows_aged", snap.overflow.aged_callers),
-        ] {
-            meta.drops.insert(name.to_string(), n);
-        }
+        let kept = &mut meta.drops.bookkeeping;
+        kept.lock_keys_overflow = snap.overflow.locks;
+        kept.caller_keys_overflow = snap.overflow.callers;
+        kept.task_keys_overflow = snap.overflow.tasks;
+        kept.lock_rows_aged = snap.overflow.aged_locks;
+        kept.task_rows_aged = snap.overflow.aged_tasks;
+        kept.caller_rows_aged = snap.overflow.aged_callers;
+        kept.yield_keys_overflow = snap.yields.overflow;
         self.locks.retain(|k, _| snap.locks.contains_key(k));
         let mut locks = Vec::with_capacity(snap.locks.len());
         for (key, agg) in &snap.locks {
@@ -323,7 +321,6 @@ impl<S: StackSource> ProfileBuilder<S> {
 
         let yield_to = (meta.yield_backend.is_some() || snap.yields.total.calls() > 0)
             .then(|| yield_profile(&snap.yields, &mut self.resolver, &locks));
-        meta.drops.insert("yield_keys_overflow".to_string(), snap.yields.overflow);
         if snap.overflow.aged_callers > 0 {
             // Rows were aged out: forget the stacks nothing refers to any more.
             let mut used: rustc_hash::FxHashSet<i32> = snap.yields.callers.keys().copied().collect();
@@ -426,6 +423,22 @@ ffffffff822702f1 T __lock_text_end
     }
 
     #[test]
+    fn snapshot_overflows_become_bookkeeping_counters() {
+        use crate::pipeline::aggregator::Overflow;
+        let mut snap = Aggregator::new(Limits::default()).snapshot();
+        snap.overflow = Overflow { locks: 1, callers: 2, tasks: 3, aged_locks: 4, aged_tasks: 5, aged_callers: 6 };
+        snap.yields = Arc::new(YieldAgg { overflow: 7, ..YieldAgg::default() });
+        let mut meta = Meta::default();
+        meta.drops.losses.ringbuf_full = 9;
+        let p = to_profile(&snap, Resolver::new(Arc::new(Kallsyms::default()), HashMap::new()), meta);
+        let b = &p.meta.drops.bookkeeping;
+        let folded = [b.lock_keys_overflow, b.caller_keys_overflow, b.task_keys_overflow, b.yield_keys_overflow];
+        assert_eq!(folded, [1, 2, 3, 7]);
+        assert_eq!([b.lock_rows_aged, b.task_rows_aged, b.caller_rows_aged], [4, 5, 6]);
+        assert_eq!(p.meta.drops.losses.ringbuf_full, 9, "the session's counters are kept");
+    }
+
+    #[test]
     fn profile_names_locks_and_merges_identical_stacks() {
         let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
         let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
@@ -458,7 +471,6 @@ ffffffff822702f1 T __lock_text_end
         assert_eq!(*pipe.callers[0].stack, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
         assert_eq!(p.tasks.len(), 4);
         assert_eq!(p.tasks[0].comm, "task102");
-        assert_eq!(p.meta.drops["lock_keys_overflow"], 0);
     }
 
     #[test]

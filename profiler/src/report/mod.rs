@@ -148,12 +148,11 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 pub(crate) mod fixture {
     //! A small deterministic profile for golden tests of every renderer.
-    use std::collections::BTreeMap;
-
     use profiler_common::{LockMode, LockType};
 
     use crate::model::{
-        CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource, Profile, SlowWait, Stats, TaskProfile,
+        CallerProfile, Counters, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource, Profile, SlowWait, Stats,
+        TaskProfile,
     };
 
     fn stats(sigfig: u8, values: &[u64]) -> Stats {
@@ -170,9 +169,8 @@ pub(crate) mod fixture {
         let pipe = [500u64, 700, 900, 1_100];
         let mut all_tl: Vec<u64> = tl_a.to_vec();
         all_tl.extend(tl_b);
-        let mut drops = BTreeMap::new();
-        drops.insert("ringbuf_full".to_string(), 0);
-        drops.insert("stack_failed".to_string(), 2);
+        let mut drops = Counters::default();
+        drops.losses.stack_failed = 2;
         Profile {
             meta: Meta {
                 backend: "tp_btf".into(),

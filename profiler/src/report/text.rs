@@ -3,7 +3,27 @@
 use std::fmt::Write as _;
 
 use super::{By, ReportOptions, fmt_ns};
-use crate::model::{LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile, YieldStats, type_label};
+use crate::model::{
+    Counter, CounterKind, Counters, LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile, YieldStats,
+    type_label,
+};
+
+/// The non-zero counters by name, then which of them lost data (the
+/// others are bookkeeping), so that a loss is not read as one more count.
+fn counters_line(c: &Counters) -> String {
+    let mut nonzero: Vec<Counter> = c.iter().filter(|c| c.value > 0).collect();
+    if nonzero.is_empty() {
+        return "all zero (nothing lost)".into();
+    }
+    nonzero.sort_by_key(|c| c.name);
+    let counts: Vec<String> = nonzero.iter().map(|c| format!("{}={}", c.name, c.value)).collect();
+    let lost: Vec<&str> = nonzero.iter().filter(|c| c.kind == CounterKind::Loss).map(|c| c.name).collect();
+    if lost.is_empty() {
+        format!("{} (nothing lost)", counts.join(" "))
+    } else {
+        format!("{} (lost: {})", counts.join(" "), lost.join(" "))
+    }
+}
 
 fn stat_cols(s: &Stats) -> String {
     format!(
@@ -46,12 +66,7 @@ fn header(p: &Profile, out: &mut String) {
         if m.kernel.is_empty() { "?" } else { &m.kernel },
         if m.hostname.is_empty() { String::new() } else { format!(", host {}", m.hostname) },
     );
-    let nonzero: Vec<String> = m.drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
-    if nonzero.is_empty() {
-        let _ = writeln!(out, "counters: all zero (nothing lost)");
-    } else {
-        let _ = writeln!(out, "counters: {}", nonzero.join(" "));
-    }
+    let _ = writeln!(out, "counters: {}", counters_line(&m.drops));
     if !m.filters.is_empty() {
         let _ = writeln!(out, "filters: {}", m.filters.join(" "));
     }
@@ -281,11 +296,26 @@ mod tests {
     };
 
     #[test]
+    fn counters_line_says_what_was_lost() {
+        let mut c = Counters::default();
+        assert_eq!(counters_line(&c), "all zero (nothing lost)");
+        c.bookkeeping.stack_reused = 9;
+        c.bookkeeping.holds = 4;
+        assert_eq!(counters_line(&c), "holds=4 stack_reused=9 (nothing lost)");
+        c.losses.ringbuf_full = 2;
+        c.losses.reentered = 1;
+        assert_eq!(
+            counters_line(&c),
+            "holds=4 reentered=1 ringbuf_full=2 stack_reused=9 (lost: reentered ringbuf_full)"
+        );
+    }
+
+    #[test]
     fn lock_view_golden() {
         let got = render_text(&fixture::profile(), &ReportOptions::default());
         let want = "\
 lockprof: 9 contentions on 2 locks in 5.00 s (backend tp_btf, aggregate mode, kernel 6.18.0-test, host testhost)
-counters: stack_failed=2
+counters: stack_failed=2 (lost: stack_failed)
 hold times: not available: tracepoints see waits only; `lockprof doctor` explains
 yield_to: not profiled: yield_to cannot be probed on this kernel; `lockprof doctor` explains
 

@@ -20,7 +20,7 @@ use prometheus::{
     proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType},
 };
 
-use crate::model::{LockProfile, Meta, NameSource, Profile, Stats, mode_name, type_name};
+use crate::model::{self, LockProfile, Meta, NameSource, Profile, Stats, mode_name, type_name};
 
 /// Label of the series that holds every lock without one of its own.
 pub const OTHER: &str = "[other]";
@@ -154,7 +154,7 @@ pub struct Exporter {
     meta: Meta,
     yields: Option<crate::model::YieldStats>,
     /// Counters of the server itself, shown with the session's drops.
-    own_drops: BTreeMap<String, u64>,
+    own_drops: BTreeMap<&'static str, model::Counter>,
     /// Rows held per table (what bounds the daemon's memory).
     rows: BTreeMap<&'static str, u64>,
 }
@@ -189,8 +189,8 @@ impl Exporter {
     }
 
     /// Sets a counter of the server's own for `lockprof_dropped_events_total`.
-    pub fn set_drop(&mut self, reason: &str, n: u64) {
-        self.own_drops.insert(reason.to_string(), n);
+    pub fn set_drop(&mut self, c: model::Counter) {
+        self.own_drops.insert(c.name, c);
     }
 
     /// Locks with series of their own now.
@@ -349,12 +349,16 @@ impl Exporter {
             .meta
             .drops
             .iter()
-            .chain(&self.own_drops)
-            .map(|(reason, n)| Kind::Count.metric(&[("reason", reason.clone())], &count_only(*n)))
+            .chain(self.own_drops.values().copied())
+            .map(|c| {
+                let labels = [("reason", c.name.to_string()), ("kind", c.kind.label().to_string())];
+                Kind::Count.metric(&labels, &count_only(c.value))
+            })
             .collect();
         families.push(family(
             "lockprof_dropped_events_total",
-            "Events lost or folded, and rows aged out, by reason (every counter lockprof keeps).",
+            "Events lost or folded, and rows aged out, by reason (every counter lockprof keeps); \
+             kind=\"loss\" where data was lost, kind=\"bookkeeping\" where nothing was.",
             MetricType::COUNTER,
             drops,
         ));

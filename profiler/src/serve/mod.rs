@@ -16,6 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use profiler_common::counter;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +25,10 @@ pub use self::{
     privileges::{Kept, PrivilegeError, drop_after_attach},
     window::Window,
 };
-use crate::{export::SampleTypes, model::Profile};
+use crate::{
+    export::SampleTypes,
+    model::{Counter, CounterKind, Profile},
+};
 
 /// Defaults of the serve options (the CLI shows and uses these).
 pub mod defaults {
@@ -206,7 +210,11 @@ impl State {
     pub fn update(&mut self, p: Arc<Profile>, now: Instant) {
         self.window.update(&p, now);
         self.exporter.update(&p);
-        self.exporter.set_drop("window_rows_folded", self.window.folded());
+        self.exporter.set_drop(Counter {
+            name: counter::user::WINDOW_ROWS_FOLDED,
+            kind: CounterKind::Bookkeeping,
+            value: self.window.folded(),
+        });
         self.exporter.set_rows("window", self.window.entries());
         self.latest = p;
         self.updated = now;

@@ -13,7 +13,6 @@ pub(crate) fn profile(locks: &[(u64, TestCallers<'_>)]) -> Profile {
     let mut p = Profile::default();
     p.meta.backend = "tp_btf".into();
     p.meta.mode = "aggregate".into();
-    p.meta.drops.insert("ringbuf_full".into(), 0);
     for (addr, callers) in locks {
         let mut wait = Stats::new(LOCK_SIGFIG);
         let mut cs = Vec::new();

@@ -22,7 +22,7 @@ pub use options::{Mode, SessionOptions, defaults};
 use self::housekeeping::Housekeeping;
 use crate::{
     ebpf::{KernelStacks, LoadError, Probes, features::kernel_release, recursion_misses},
-    model::{Meta, Profile},
+    model::{Counters, Meta, Profile},
     pipeline::{
         Aggregator, Control, Msg, ProfileBuilder, Snapshot,
         aggregator::{self, KernelStatus},
@@ -65,12 +65,14 @@ struct MetaSource {
 
 impl MetaSource {
     fn meta(&self, k: &KernelStatus, open_at_stop: u64, userspace_lost: u64) -> Meta {
-        let mut drops: std::collections::BTreeMap<String, u64> =
-            k.counters.named().filter(|(n, _)| *n != "events").map(|(n, v)| (n.to_string(), v)).collect();
-        drops.insert("open_at_stop".into(), open_at_stop);
-        drops.insert("malformed_records".into(), self.reader.malformed.load(Ordering::Relaxed));
-        drops.insert("userspace_lost".into(), userspace_lost);
-        drops.insert("recursion_misses".into(), k.recursion_misses);
+        let mut drops = Counters::default();
+        for (name, n) in k.counters.named() {
+            drops.set(name, n);
+        }
+        drops.bookkeeping.open_at_stop = open_at_stop;
+        drops.losses.malformed_records = self.reader.malformed.load(Ordering::Relaxed);
+        drops.losses.userspace_lost = userspace_lost;
+        drops.losses.recursion_misses = k.recursion_misses;
         Meta { duration_s: self.started.elapsed().as_secs_f64(), drops, ..self.base.clone() }
     }
 }

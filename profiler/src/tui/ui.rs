@@ -59,16 +59,7 @@ fn header(app: &App, area: Rect, buf: &mut Buffer) {
     if app.paused {
         l1.push(Span::styled("  PAUSED", Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)));
     }
-    let losses: Vec<String> = m
-        .drops
-        .iter()
-        .filter(|(k, v)| {
-            **v > 0
-                && ["ringbuf_full", "pending_map_full", "userspace_lost", "agg_map_full", "stack_failed"]
-                    .contains(&k.as_str())
-        })
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    let losses: Vec<String> = m.drops.lost().map(|c| format!("{}={}", c.name, c.value)).collect();
     let drops = if losses.is_empty() {
         Span::styled("drops: 0", Style::new().fg(Color::Green))
     } else {
@@ -361,5 +352,15 @@ mod tests {
         assert!(text.contains("sort: contended"), "sort shown");
         assert!(text.contains("anon_pipe_write"), "filter kept the pipe lock");
         assert!(!text.contains("tasklist_lock (rwlock"), "filter hid tasklist_lock");
+    }
+
+    #[test]
+    fn header_shows_every_loss_and_no_bookkeeping() {
+        let mut p = fixture::profile();
+        p.meta.drops.losses.recursion_misses = 3;
+        p.meta.drops.bookkeeping.stack_reused = 5;
+        p.meta.drops.bookkeeping.agg_map_full = 4;
+        let lines = render(&app_with(p), 100, 24);
+        assert!(lines[1].starts_with("drops: stack_failed=2 recursion_misses=3  "), "{lines:?}");
     }
 }

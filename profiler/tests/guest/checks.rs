@@ -55,15 +55,15 @@ pub fn holds(p: &Profile, l: &LockProfile, secs: f64) -> Check {
     let backend = p.meta.hold_backend.as_deref().ok_or_else(|| {
         format!("no hold backend attached: {}", p.meta.hold_unavailable.as_deref().unwrap_or("no reason given"))
     })?;
-    let drops = |k: &str| p.meta.drops.get(k).copied().unwrap_or(0);
+    let d = &p.meta.drops;
     let h = l.hold.as_ref().ok_or_else(|| {
         format!(
             "no hold recorded on {} ({} waits; holds counted {}, hold_map_full {}, reentered {})",
             l.display_name(),
             l.wait.count(),
-            drops("holds"),
-            drops("hold_map_full"),
-            drops("reentered")
+            d.bookkeeping.holds,
+            d.losses.hold_map_full,
+            d.losses.reentered
         )
     })?;
     if h.count() == 0 || h.total_ns() == 0 {

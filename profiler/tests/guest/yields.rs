@@ -96,8 +96,8 @@ pub fn compare_calls(p: &Profile, vmm: &VmmReport, want_backend: &str) -> Result
     if lat.total_ns() == 0 || lat.max_ns() == 0 {
         return Err("yield_to latency is zero".into());
     }
-    let drops = |k: &str| p.meta.drops.get(k).copied().unwrap_or(0);
-    if drops("yield_map_full") + drops("yield_unmatched") + drops("ringbuf_full") > 0 {
+    let d = &p.meta.drops;
+    if d.losses.yield_map_full + d.bookkeeping.yield_unmatched + d.losses.ringbuf_full > 0 {
         return Err(format!("losses: {:?}", p.meta.drops));
     }
     if vmm.rt_phase > 0 && (yielded == 0 || not_yielded < vmm.rt_phase) {

@@ -8,6 +8,7 @@
 use std::{fmt::Write as _, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
+use profiler_common::counter;
 use serde_json::Value;
 
 use super::markdown::stats;
@@ -198,7 +199,8 @@ numbers under TCG mean little; the ratios compare the modes.\n",
             runs.iter()
                 .filter_map(|s| {
                     let v = s.json.as_ref()?;
-                    Some(v["drops"]["holds"].as_f64()? / v["duration_s"].as_f64()?.max(1e-9))
+                    let holds = v["drops"][counter::NAMES[counter::HOLDS as usize]].as_f64()?;
+                    Some(holds / v["duration_s"].as_f64()?.max(1e-9))
                 })
                 .collect(),
         );

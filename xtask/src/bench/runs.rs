@@ -9,6 +9,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use profiler_common::counter::{self, user};
 use serde_json::Value;
 
 use crate::util::workspace_root;
@@ -180,11 +181,19 @@ fn parse_perf(report: &str) -> (f64, f64) {
     (contended, wait)
 }
 
+/// Waits and holds lost outright (not those kept without a stack or owner).
 fn lost_of(drops: &Value) -> u64 {
-    ["ringbuf_full", "userspace_lost", "pending_map_full", "malformed_records", "hold_map_full"]
-        .iter()
-        .map(|k| drops[*k].as_u64().unwrap_or(0))
-        .sum()
+    let kernel = |i: u32| counter::NAMES[i as usize];
+    [
+        kernel(counter::RINGBUF_FULL),
+        user::USERSPACE_LOST,
+        kernel(counter::PENDING_FULL),
+        user::MALFORMED_RECORDS,
+        kernel(counter::HOLD_MAP_FULL),
+    ]
+    .iter()
+    .map(|k| drops[*k].as_u64().unwrap_or(0))
+    .sum()
 }
 
 /// Runs `workload` once under `tracer`.

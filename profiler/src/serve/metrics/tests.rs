@@ -38,7 +38,8 @@ fn counters_follow_the_profiles_and_histograms_are_consistent() {
     assert_eq!(value(&t, "lockprof_lock_wait_seconds_count", "0x100"), Some(3.0));
     assert!(t.contains("lock=\"mutex @ lock100\",type=\"mutex\",mode=\"exclusive\""), "{t}");
     assert!(!t.contains("lockprof_lock_hold"), "no hold families without a hold backend");
-    assert_eq!(value(&t, "lockprof_dropped_events_total", "reason=\"ringbuf_full\""), Some(0.0));
+    assert_eq!(value(&t, "lockprof_dropped_events_total", "reason=\"ringbuf_full\",kind=\"loss\""), Some(0.0), "{t}");
+    assert_eq!(value(&t, "lockprof_dropped_events_total", "reason=\"holds\",kind=\"bookkeeping\""), Some(0.0));
     assert!(t.contains("lockprof_build_info{version=\""), "{t}");
     assert_eq!(value(&t, "lockprof_events_total", ""), Some(3.0));
     assert_eq!(value(&t, "lockprof_table_rows", "table=\"callers\""), Some(1.0));

@@ -1,0 +1,307 @@
+//! The counters every recording carries, typed: [`Losses`] (something
+//! lockprof meant to measure was lost: a map or buffer ran out, or the kernel
+//! skipped a program) and [`Bookkeeping`] (how events were handled by design:
+//! merged, reused, skipped like perf, folded with exact totals, streamed,
+//! counted).
+//!
+//! Each group lists its counters once ([`Losses::LIST`],
+//! [`Bookkeeping::LIST`]); the text report, the JSON `drops` object, the
+//! recording and `/metrics` all iterate those lists, so a new counter is one
+//! field and one list entry. Names come from `profiler_common::counter`.
+//! On disk the counters stay a name -> count map: unknown names (from other
+//! versions) are ignored, missing ones are 0.
+
+use std::collections::BTreeMap;
+
+use profiler_common::counter::{self, NAMES, user};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Whether a counter reports lost data or bookkeeping.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CounterKind {
+    /// Data lockprof meant to measure was lost.
+    Loss,
+    /// How events were handled; nothing was lost.
+    Bookkeeping,
+}
+
+impl CounterKind {
+    /// `loss` or `bookkeeping` (the Prometheus `kind` label).
+    pub fn label(self) -> &'static str {
+        match self {
+            CounterKind::Loss => "loss",
+            CounterKind::Bookkeeping => "bookkeeping",
+        }
+    }
+}
+
+/// One counter's value, with its stable name and kind.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Counter {
+    /// Stable name: JSON key, text report, Prometheus `reason`.
+    pub name: &'static str,
+    /// Loss or bookkeeping.
+    pub kind: CounterKind,
+    /// Count.
+    pub value: u64,
+}
+
+/// A list entry: a counter's name and its field in group `G`.
+pub struct Field<G> {
+    /// Stable name.
+    pub name: &'static str,
+    get: fn(&G) -> u64,
+    slot: fn(&mut G) -> &mut u64,
+}
+
+/// A list entry for field `$f` named `$name`.
+macro_rules! field {
+    ($name:expr, $f:ident) => {
+        Field { name: $name, get: |g| g.$f, slot: |g| &mut g.$f }
+    };
+}
+
+/// The name of kernel counter `idx`.
+const fn kernel(idx: u32) -> &'static str {
+    NAMES[idx as usize]
+}
+
+/// Counters of data lost.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Losses {
+    /// The ring buffer had no room: events lost (raise `--ringbuf-mb`).
+    pub ringbuf_full: u64,
+    /// `bpf_get_stackid` failed (map full or hash collision): event kept, stack unavailable.
+    pub stack_failed: u64,
+    /// Too many tasks waiting at once: those waits not measured.
+    pub pending_map_full: u64,
+    /// A lock program fired while another lockprof program ran on that CPU: that wait not measured.
+    pub reentered: u64,
+    /// Too many holds timed at once: that hold not measured.
+    pub hold_map_full: u64,
+    /// `yield_to` calls in progress exceeded the entry map: those calls not measured.
+    pub yield_map_full: u64,
+    /// A mutex spin's end was never seen (the kernel skipped our program): the
+    /// next wait on that CPU found it in its slot and discarded it, unmeasured.
+    pub stale_spin_discarded: u64,
+    /// The lock identity map was full: that lock is named from userspace only.
+    pub ident_map_full: u64,
+    /// The holder map was full: later waiters on that lock get no owner.
+    pub holder_map_full: u64,
+    /// Program runs the kernel skipped to avoid recursion (from `/proc/self/fdinfo`).
+    pub recursion_misses: u64,
+    /// Events the kernel submitted that never reached the aggregator.
+    pub userspace_lost: u64,
+    /// Ring buffer records of the wrong size.
+    pub malformed_records: u64,
+}
+
+impl Losses {
+    /// Every loss counter, in display order.
+    pub const LIST: [Field<Losses>; 12] = [
+        field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
+        field!(kernel(counter::STACK_FAILED), stack_failed),
+        field!(kernel(counter::PENDING_FULL), pending_map_full),
+        field!(kernel(counter::REENTERED), reentered),
+        field!(kernel(counter::HOLD_MAP_FULL), hold_map_full),
+        field!(kernel(counter::YIELD_MAP_FULL), yield_map_full),
+        field!(kernel(counter::STALE_SPIN), stale_spin_discarded),
+        field!(kernel(counter::IDENT_MAP_FULL), ident_map_full),
+        field!(kernel(counter::HOLDER_MAP_FULL), holder_map_full),
+        field!(user::RECURSION_MISSES, recursion_misses),
+        field!(user::USERSPACE_LOST, userspace_lost),
+        field!(user::MALFORMED_RECORDS, malformed_records),
+    ];
+}
+
+/// Counters of how events were handled.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bookkeeping {
+    /// An end whose begin was not seen (attached mid-wait; a begin the kernel
+    /// skipped is also in `recursion_misses`).
+    pub end_without_begin: u64,
+    /// A begin on another lock inside a pending wait: skipped, like perf.
+    pub nested_skipped: u64,
+    /// A second begin on the same lock (mutex spin, then sleep): merged.
+    pub repeated_begin: u64,
+    /// Stack budget spent: the thread's last stack for that lock and flags was used.
+    pub stack_reused: u64,
+    /// Stack budget spent and nothing to reuse: the wait has no stack.
+    pub stack_skipped: u64,
+    /// Aggregate mode: a key did not fit in the aggregate map; the wait was streamed instead.
+    pub agg_map_full: u64,
+    /// Aggregate mode: long waits also streamed for the slowest-waits list.
+    pub outliers: u64,
+    /// Holds measured.
+    pub holds: u64,
+    /// `yield_to` calls recorded.
+    pub yield_calls: u64,
+    /// A `yield_to` return whose entry was not seen (attached mid-call).
+    pub yield_unmatched: u64,
+    /// Waits still open at stop, included up to the stop time.
+    pub open_at_stop: u64,
+    /// Waits folded into the `[other]` lock row at the lock cap (totals stay exact).
+    pub lock_keys_overflow: u64,
+    /// Waits folded into a lock's `[other]` caller row at the caller cap.
+    pub caller_keys_overflow: u64,
+    /// Waits folded into the `[other]` thread row at the thread cap.
+    pub task_keys_overflow: u64,
+    /// `lockprof serve`: lock rows dropped after `--window` without a wait.
+    pub lock_rows_aged: u64,
+    /// `lockprof serve`: (lock, stack) rows dropped after `--window` without a wait.
+    pub caller_rows_aged: u64,
+    /// `lockprof serve`: thread rows dropped after `--window` without a wait.
+    pub task_rows_aged: u64,
+    /// `yield_to` calls folded into `[other]` caller or pair rows (totals stay exact).
+    pub yield_keys_overflow: u64,
+}
+
+impl Bookkeeping {
+    /// Every bookkeeping counter, in display order.
+    pub const LIST: [Field<Bookkeeping>; 18] = [
+        field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
+        field!(kernel(counter::NESTED), nested_skipped),
+        field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
+        field!(kernel(counter::STACK_REUSED), stack_reused),
+        field!(kernel(counter::STACK_SKIPPED), stack_skipped),
+        field!(kernel(counter::AGG_FULL), agg_map_full),
+        field!(kernel(counter::OUTLIERS), outliers),
+        field!(kernel(counter::HOLDS), holds),
+        field!(kernel(counter::YIELDS), yield_calls),
+        field!(kernel(counter::YIELD_UNMATCHED), yield_unmatched),
+        field!(user::OPEN_AT_STOP, open_at_stop),
+        field!(user::LOCK_KEYS_OVERFLOW, lock_keys_overflow),
+        field!(user::CALLER_KEYS_OVERFLOW, caller_keys_overflow),
+        field!(user::TASK_KEYS_OVERFLOW, task_keys_overflow),
+        field!(user::LOCK_ROWS_AGED, lock_rows_aged),
+        field!(user::CALLER_ROWS_AGED, caller_rows_aged),
+        field!(user::TASK_ROWS_AGED, task_rows_aged),
+        field!(user::YIELD_KEYS_OVERFLOW, yield_keys_overflow),
+    ];
+}
+
+/// Every counter a recording carries.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Data lost.
+    pub losses: Losses,
+    /// How events were handled.
+    pub bookkeeping: Bookkeeping,
+}
+
+impl Counters {
+    /// Every counter: the losses, then the bookkeeping, in list order.
+    pub fn iter(&self) -> impl Iterator<Item = Counter> + '_ {
+        let losses = Losses::LIST.iter().map(|f| Counter {
+            name: f.name,
+            kind: CounterKind::Loss,
+            value: (f.get)(&self.losses),
+        });
+        let kept = Bookkeeping::LIST.iter().map(|f| Counter {
+            name: f.name,
+            kind: CounterKind::Bookkeeping,
+            value: (f.get)(&self.bookkeeping),
+        });
+        losses.chain(kept)
+    }
+
+    /// The losses that are not zero.
+    pub fn lost(&self) -> impl Iterator<Item = Counter> + '_ {
+        self.iter().filter(|c| c.kind == CounterKind::Loss && c.value > 0)
+    }
+
+    /// Sets the counter called `name`; false when no counter has that name
+    /// (e.g. the kernel's `events`, which is not a counter of these).
+    pub fn set(&mut self, name: &str, value: u64) -> bool {
+        if let Some(f) = Losses::LIST.iter().find(|f| f.name == name) {
+            *(f.slot)(&mut self.losses) = value;
+        } else if let Some(f) = Bookkeeping::LIST.iter().find(|f| f.name == name) {
+            *(f.slot)(&mut self.bookkeeping) = value;
+        } else {
+            return false;
+        }
+        true
+    }
+}
+
+/// Written as a name -> count map sorted by name, as before the counters were typed.
+impl Serialize for Counters {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let map: BTreeMap<&str, u64> = self.iter().map(|c| (c.name, c.value)).collect();
+        map.serialize(s)
+    }
+}
+
+/// Read from a name -> count map: unknown names are ignored, missing ones are 0.
+impl<'de> Deserialize<'de> for Counters {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, u64>::deserialize(d)?;
+        let mut c = Counters::default();
+        for (name, value) in map {
+            c.set(&name, value);
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_counter_has_one_name_and_one_field() {
+        let names: Vec<&str> = Counters::default().iter().map(|c| c.name).collect();
+        let unique: BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), names.len(), "a name is listed twice: {names:?}");
+        // Each entry writes its own field: setting one counter by name shows
+        // only that counter.
+        for (i, name) in names.iter().enumerate() {
+            let mut c = Counters::default();
+            assert!(c.set(name, i as u64 + 1));
+            let nonzero: Vec<Counter> = c.iter().filter(|c| c.value > 0).collect();
+            assert_eq!(nonzero.len(), 1, "{name}");
+            assert_eq!((nonzero[0].name, nonzero[0].value), (*name, i as u64 + 1));
+        }
+        // Every kernel counter but the event total has a field.
+        for (i, name) in NAMES.iter().enumerate() {
+            assert_eq!(Counters::default().set(name, 1), i as u32 != counter::EVENTS, "{name}");
+        }
+    }
+
+    #[test]
+    fn losses_are_told_apart() {
+        let mut c = Counters::default();
+        c.losses.ringbuf_full = 3;
+        c.bookkeeping.stack_reused = 5;
+        let lost: Vec<(&str, u64)> = c.lost().map(|c| (c.name, c.value)).collect();
+        assert_eq!(lost, [("ringbuf_full", 3)]);
+        let kinds: Vec<CounterKind> = c.iter().filter(|c| c.value > 0).map(|c| c.kind).collect();
+        assert_eq!(kinds, [CounterKind::Loss, CounterKind::Bookkeeping]);
+    }
+
+    #[test]
+    fn json_is_a_name_map_and_old_maps_load() {
+        let mut c = Counters::default();
+        c.losses.stack_failed = 2;
+        c.bookkeeping.holds = 7;
+        let v = serde_json::to_value(c).expect("serialize");
+        let obj = v.as_object().expect("an object");
+        assert_eq!(obj.len(), Losses::LIST.len() + Bookkeeping::LIST.len());
+        assert_eq!(
+            (v["stack_failed"].as_u64(), v["holds"].as_u64(), v["ringbuf_full"].as_u64()),
+            (Some(2), Some(7), Some(0))
+        );
+        let keys: Vec<&String> = obj.keys().collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "sorted by name: {keys:?}");
+        assert_eq!(serde_json::from_value::<Counters>(v).expect("back"), c);
+
+        // An older file: some counters missing, one this version does not know.
+        let old = r#"{"ringbuf_full": 4, "holds": 1, "retired_counter": 9}"#;
+        let back: Counters = serde_json::from_str(old).expect("old map");
+        assert_eq!((back.losses.ringbuf_full, back.bookkeeping.holds), (4, 1));
+        assert_eq!(back.iter().map(|c| c.value).sum::<u64>(), 5);
+        assert!(serde_json::from_str::<Counters>(r#"{"holds": "x"}"#).is_err());
+    }
+}
