@@ -10,7 +10,7 @@ use std::{fmt::Write as _, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use super::markdown::stats;
+use super::stats::stats;
 
 /// Guest modes: label and `lockprof record` arguments (`None`: untraced).
 const MODES: &[(&str, Option<&str>)] = &[

@@ -5,7 +5,7 @@ use std::{fmt::Write as _, process::Command};
 
 use serde_json::Value;
 
-use super::{Opts, Tracer, WorkloadRuns, extras::ProgCost, guest::GuestRuns, runs::perf_b};
+use super::{Opts, Tracer, WorkloadRuns, extras::ProgCost, guest::GuestRuns, runs::perf_b, stats::stats};
 use crate::util::{output, workspace_root};
 
 /// Measurements beside the rotation.
@@ -26,18 +26,6 @@ pub struct Extras {
     pub serve100k_all: Value,
     /// The lockprof serve soak, when run.
     pub soak: Option<Value>,
-}
-
-/// Median, min and max.
-pub(super) fn stats(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let med = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-    Some((med, v[0], v[n - 1]))
 }
 
 /// One tracer's figures on one workload.

@@ -12,6 +12,7 @@ mod guest;
 mod markdown;
 mod runs;
 mod soak;
+mod stats;
 
 use anyhow::{Context as _, Result};
 
