@@ -93,11 +93,13 @@ pub fn machine_facts() -> String {
     format!("kernel {}, {cpus} CPUs ({cpu}), {mem} RAM, lockprof {}", kernel.trim(), commit())
 }
 
-/// The commit measured, saying so when the tree differs from it.
+/// The commit measured, saying so when the tree differs from it (other
+/// than in BENCHMARKS.md, the output of a previous run).
 fn commit() -> String {
     let git = |args: &[&str]| output(Command::new("git").current_dir(workspace_root()).args(args)).unwrap_or_default();
     let head = git(&["rev-parse", "--short", "HEAD"]);
-    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"]).trim().is_empty();
+    let dirty =
+        !git(&["status", "--porcelain", "--untracked-files=no", "--", ".", ":!BENCHMARKS.md"]).trim().is_empty();
     format!("{}{}", head.trim(), if dirty { " with uncommitted changes" } else { "" })
 }
 
