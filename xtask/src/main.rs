@@ -63,6 +63,10 @@ enum Cmd {
         /// Skip the guest-kernel measurements (hold timing under QEMU).
         #[arg(long)]
         no_guest: bool,
+        /// Only the per-program costs (bpf_stats on a short pipe storm per tracer): replaces
+        /// their section of BENCHMARKS.md, the rest untouched.
+        #[arg(long, conflicts_with = "rotation_only")]
+        costs_only: bool,
     },
     /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
@@ -133,7 +137,17 @@ fn main() -> Result<()> {
         Cmd::VmTest { kernel, matrix, timeout } => {
             vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout) })
         }
-        Cmd::Bench { rounds, duration, threads, workloads, variants, rotation_only, soak_secs, no_guest } => {
+        Cmd::Bench {
+            rounds,
+            duration,
+            threads,
+            workloads,
+            variants,
+            rotation_only,
+            soak_secs,
+            no_guest,
+            costs_only,
+        } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
             }
@@ -158,6 +172,7 @@ fn main() -> Result<()> {
                 rotation_only,
                 soak_secs,
                 guest: !no_guest && !rotation_only,
+                costs_only,
             })
         }
     }

@@ -25,9 +25,7 @@ pub use caps::{Privileges, check_privileges};
 pub use floor::FloorProbes;
 pub use identities::{KernelIdentities, NamingMethods};
 pub use load::{LoadError, Probes};
-pub use maps::{
-    AggMaps, CounterValues, FLIP_GRACE, KernelCounters, KernelStacks, PendingMaps, merge_cpus, recursion_misses,
-};
+pub use maps::{AggMaps, CounterValues, KernelCounters, KernelStacks, PendingMaps, merge_cpus, recursion_misses};
 pub use object::{LoadOptions, object_bytes};
 pub use tracefs::{TraceFs, TracefsError};
 

@@ -7,9 +7,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    ebpf::{AggMaps, FLIP_GRACE, KernelCounters, PendingMaps, recursion_misses},
+    ebpf::{AggMaps, KernelCounters, PendingMaps, recursion_misses},
     pipeline::{Msg, aggregator::KernelStatus},
 };
+
+/// Grace period between flipping the aggregate maps and reading the old
+/// generation: programs that read the old generation run for microseconds
+/// (see `ebpf::maps::aggregates`).
+const FLIP_GRACE: Duration = Duration::from_millis(5);
 
 /// The maps serviced every interval.
 pub struct Housekeeping {

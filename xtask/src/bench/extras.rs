@@ -40,15 +40,33 @@ fn end_then_begin(costs: Vec<ProgCost>, names: &Value) -> Vec<ProgCost> {
     pick("_end").into_iter().chain(pick("_beg")).collect()
 }
 
+/// Per tracer, its `contention_end` and `contention_begin` programs' costs.
+pub struct Costs {
+    /// Workload threads.
+    pub threads: usize,
+    /// Seconds of pipe storm per tracer.
+    pub secs: f64,
+    /// Tracer label and its programs, end first.
+    pub tracers: Vec<(String, Vec<ProgCost>)>,
+}
+
 /// One pipe-storm run per tracer with the kernel's BPF run-time statistics on.
-pub fn program_cost_table(threads: usize, secs: f64) -> Result<Vec<(String, Vec<ProgCost>)>> {
+pub fn program_cost_table(threads: usize, secs: f64) -> Result<Costs> {
     const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
     let old = std::fs::read_to_string(KNOB).unwrap_or_else(|_| "0".into());
     std::fs::write(KNOB, "1").context("enabling bpf_stats")?;
+    let res = tracer_costs(threads, secs);
+    let _ = std::fs::write(KNOB, old.trim());
+    Ok(Costs { threads, secs, tracers: res? })
+}
+
+/// Each tracer's programs' costs after `secs` of pipe storm (bpf_stats on).
+fn tracer_costs(threads: usize, secs: f64) -> Result<Vec<(String, Vec<ProgCost>)>> {
     let mut res = Vec::new();
-    let runs: [(&str, &[&str]); 3] = [
+    let runs: [(&str, &[&str]); 4] = [
         ("floor", &["floor"]),
         ("lockprof (default)", &["record", "--format", "json", "--top", "1"]),
+        ("lockprof --no-owners", &["record", "--format", "json", "--top", "1", "--no-owners"]),
         ("lockprof --mode stream", &["record", "--format", "json", "--top", "1", "--mode", "stream"]),
     ];
     for (name, args) in runs {
@@ -56,12 +74,14 @@ pub fn program_cost_table(threads: usize, secs: f64) -> Result<Vec<(String, Vec<
         let mut c = if floor { lockprof_bench() } else { lockprof() };
         c.args(args);
         let t = start_tracer(c, if floor { "floor attached" } else { "lockprof: recording" })?;
-        let _ = stress("pipe", threads, secs);
-        let names = bench_json(&["prog-names"])?;
-        res.push((name.to_string(), end_then_begin(program_costs(t.id()), &names)));
+        // Read everything before stopping the tracer, stop it whatever failed.
+        let storm = stress("pipe", threads, secs);
+        let names = bench_json(&["prog-names"]);
+        let costs = program_costs(t.id());
         stop_tracer(t)?;
+        storm.context("pipe storm")?;
+        res.push((name.to_string(), end_then_begin(costs, &names?)));
     }
-    let _ = std::fs::write(KNOB, old.trim());
     Ok(res)
 }
 

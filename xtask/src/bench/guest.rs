@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use profiler_common::counter;
 use serde_json::Value;
 
-use super::markdown::stats;
+use super::stats::stats;
 
 /// Guest modes: label and `lockprof record` arguments (`None`: untraced).
 const MODES: &[(&str, Option<&str>)] = &[

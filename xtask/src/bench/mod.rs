@@ -12,6 +12,7 @@ mod guest;
 mod markdown;
 mod runs;
 mod soak;
+mod stats;
 
 use anyhow::{Context as _, Result};
 
@@ -38,11 +39,16 @@ pub struct Opts {
     pub soak_secs: u64,
     /// Measure hold timing in the default guest kernel too.
     pub guest: bool,
+    /// Only the program costs, replacing their section of BENCHMARKS.md.
+    pub costs_only: bool,
 }
 
 /// Rounds and seconds per run of the guest benchmark.
 const GUEST_ROUNDS: usize = 3;
 const GUEST_SECS: f64 = 3.0;
+
+/// Seconds of pipe storm per tracer for the program costs (at most).
+const COST_SECS: f64 = 2.0;
 
 /// The tracers of the rotation.
 fn tracers(o: &Opts) -> Vec<Tracer> {
@@ -97,8 +103,12 @@ fn bench_workload(name: &str, tracers: &[Tracer], o: &Opts) -> Result<WorkloadRu
     Ok(WorkloadRuns { name: name.to_string(), tracers: tracers.to_vec(), samples })
 }
 
-/// Runs everything and writes BENCHMARKS.md.
+/// Runs everything and writes BENCHMARKS.md (with `costs_only`: the
+/// program costs, replacing their section alone).
 pub fn run(o: &Opts) -> Result<()> {
+    if o.costs_only {
+        return costs_only(o);
+    }
     let facts = markdown::machine_facts();
     eprintln!("bench: {facts}");
     let tracers = tracers(o);
@@ -110,7 +120,7 @@ pub fn run(o: &Opts) -> Result<()> {
         None
     } else {
         Some(markdown::Extras {
-            costs: extras::program_cost_table(o.threads, o.duration.min(2.0))?,
+            costs: extras::program_cost_table(o.threads, o.duration.min(COST_SECS))?,
             pipeline: extras::bench_json(&["pipeline", "--events", "5000000", "--stacks", "1000"])?,
             rss10k: extras::bench_json(&["pipeline", "--events", "1000000", "--stacks", "10000"])?,
             rss100k: extras::bench_json(&["pipeline", "--events", "2000000", "--stacks", "100000"])?,
@@ -138,5 +148,23 @@ pub fn run(o: &Opts) -> Result<()> {
         if o.rotation_only { workspace_root().join("target/bench.md") } else { workspace_root().join("BENCHMARKS.md") };
     std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
+
+/// Measures the program costs (a pipe storm per tracer, seconds in all) and
+/// replaces their section of BENCHMARKS.md; the rest of the file is untouched.
+fn costs_only(o: &Opts) -> Result<()> {
+    let path = workspace_root().join("BENCHMARKS.md");
+    let doc = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let facts = markdown::machine_facts();
+    eprintln!("bench: {facts}");
+    let costs = extras::program_cost_table(o.threads, o.duration.min(COST_SECS))?;
+    let section = markdown::costs_section(&facts, &costs);
+    print!("{section}");
+    let md = markdown::replace_section(&doc, markdown::COSTS_HEADING, &section).with_context(|| {
+        format!("{} has no '{}' section: run the whole `cargo xtask bench`", path.display(), markdown::COSTS_HEADING)
+    })?;
+    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("bench: rewrote the program costs in {}", path.display());
     Ok(())
 }

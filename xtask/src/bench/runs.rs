@@ -21,7 +21,7 @@ pub enum Tracer {
     Untraced,
     /// Counting-only programs on the same tracepoints (`lockprof-bench floor`).
     Floor,
-    /// `perf lock contention -ab` (perf 7.3 with BPF skeletons).
+    /// `perf lock contention -ab` (perf built with its BPF skeletons).
     PerfB,
     /// `lockprof record` with these extra arguments.
     Lockprof {
@@ -70,12 +70,19 @@ impl Sample {
     }
 }
 
+/// A release binary of the workspace, where cargo built it (`CARGO_TARGET_DIR`
+/// when set, as cargo reads it: relative to the workspace root).
+fn release_bin(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    workspace_root().join(target).join("release").join(name)
+}
+
 pub fn lockprof() -> Command {
-    Command::new(workspace_root().join("target/release/lockprof"))
+    Command::new(release_bin("lockprof"))
 }
 
 pub fn lockprof_bench() -> Command {
-    Command::new(workspace_root().join("target/release/lockprof-bench"))
+    Command::new(release_bin("lockprof-bench"))
 }
 
 /// `../shared/tools/perfb/perf-b`, when this machine has it.
@@ -216,7 +223,7 @@ pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Re
             let perf = perf_b().context("perf-b is not on this machine")?;
             let out = Command::new(perf)
                 .args(["lock", "contention", "-ab", "--"])
-                .arg(workspace_root().join("target/release/lockprof"))
+                .arg(release_bin("lockprof"))
                 .args(stress_args(workload, threads, duration))
                 .output()
                 .context("running perf-b")?;

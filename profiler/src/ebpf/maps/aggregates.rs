@@ -9,15 +9,12 @@
 //! in the old generation. Cache slots need no deleting: a slot of an older
 //! generation counts as free in the programs.
 
-use std::{collections::HashMap, time::Duration};
+use std::collections::HashMap;
 
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
 use profiler_common::{AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, HIST_BUCKETS, names::map};
 
 use crate::ebpf::LoadError;
-
-/// Grace period after a flip before the old map is read.
-pub const FLIP_GRACE: Duration = Duration::from_millis(5);
 
 /// The aggregate maps, the cache and the generation selector.
 pub struct AggMaps {

@@ -5,7 +5,7 @@ mod aggregates;
 mod counters;
 mod pending;
 
-pub use aggregates::{AggMaps, FLIP_GRACE, merge_cpus};
+pub use aggregates::{AggMaps, merge_cpus};
 pub use counters::{CounterValues, KernelCounters, recursion_misses};
 pub use pending::PendingMaps;
 
