@@ -3,6 +3,8 @@
 
 #[path = "guest/checks.rs"]
 mod checks;
+#[path = "guest/until.rs"]
+mod until;
 #[path = "guest/yields.rs"]
 mod yields;
 
@@ -243,4 +245,13 @@ fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
     let mut tl = lock(Some("tasklist_lock"), LockType::Rwlock, LockMode::Write, "copy_process");
     tl.owners = vec![owner(OwnerKind::Task, "__do_sys_setpgid+0x40", 2, 3_000)];
     assert!(checks::tasklist_blame(&profile(vec![tl]), false).is_ok());
+}
+
+#[test]
+fn checks_drive_their_workload_until_the_budget_is_spent_then_get_the_floor() {
+    use std::time::Duration;
+    assert_eq!(until::patience(Duration::ZERO), until::PATIENCE);
+    assert_eq!(until::patience(until::BUDGET - Duration::from_secs(10)), Duration::from_secs(10));
+    assert_eq!(until::patience(until::BUDGET - Duration::from_secs(1)), until::FLOOR);
+    assert_eq!(until::patience(until::BUDGET * 2), until::FLOOR);
 }
