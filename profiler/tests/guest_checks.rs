@@ -3,6 +3,8 @@
 
 #[path = "guest/checks.rs"]
 mod checks;
+#[path = "guest/until.rs"]
+mod until;
 #[path = "guest/yields.rs"]
 mod yields;
 
@@ -237,10 +239,21 @@ fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
     mm.owners = vec![owner(OwnerKind::Readers, "[acquired without a wait lockprof saw]", 2, 3_000)];
     mm.owners[0].stack.clear();
     assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok(), "readers are a known owner");
+    mm.owners = vec![owner(OwnerKind::Task, "do_mremap+0x15c", 2, 3_000)];
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok(), "mremap (musl's realloc) writes mmap_lock");
     mm.owners = vec![owner(OwnerKind::Task, "pipe_write+0x5", 2, 3_000)];
     let elsewhere = checks::mmap_blame(&profile(vec![mm])).expect_err("not a writer path");
     assert!(elsewhere.contains("took it elsewhere"), "{elsewhere}");
     let mut tl = lock(Some("tasklist_lock"), LockType::Rwlock, LockMode::Write, "copy_process");
     tl.owners = vec![owner(OwnerKind::Task, "__do_sys_setpgid+0x40", 2, 3_000)];
     assert!(checks::tasklist_blame(&profile(vec![tl]), false).is_ok());
+}
+
+#[test]
+fn checks_drive_their_workload_until_the_budget_is_spent_then_get_the_floor() {
+    use std::time::Duration;
+    assert_eq!(until::patience(Duration::ZERO), until::PATIENCE);
+    assert_eq!(until::patience(until::BUDGET - Duration::from_secs(10)), Duration::from_secs(10));
+    assert_eq!(until::patience(until::BUDGET - Duration::from_secs(1)), until::FLOOR);
+    assert_eq!(until::patience(until::BUDGET * 2), until::FLOOR);
 }

@@ -236,9 +236,20 @@ fn blame_of(what: &str, locks: &[&LockProfile], writer_paths: &[&str]) -> Check 
 }
 
 /// `mmap_lock` waits blamed on their owners: the mmap/munmap writers (with
-/// a writer path in their acquire stack) or the page-faulting readers.
+/// a writer path in their acquire stack) or the page-faulting readers. The
+/// recording process's own allocator writes too (musl's realloc moves large
+/// blocks with mremap, and malloc may grow the heap with brk).
 pub fn mmap_blame(p: &Profile) -> Check {
-    const WRITERS: &[&str] = &["vm_mmap_pgoff", "__vm_munmap", "vm_munmap", "do_mprotect_pkey", "do_vmi_munmap"];
+    const WRITERS: &[&str] = &[
+        "vm_mmap_pgoff",
+        "__vm_munmap",
+        "vm_munmap",
+        "do_mprotect_pkey",
+        "do_vmi_munmap",
+        "do_mremap",
+        "__do_sys_mremap",
+        "__do_sys_brk",
+    ];
     let locks: Vec<&LockProfile> = p.locks.iter().filter(|l| l.name.as_deref() == Some("mmap_lock")).collect();
     if locks.is_empty() {
         return Err(format!("no lock named mmap_lock among {:?}", classes(p)));

@@ -1,0 +1,28 @@
+//! How long a check may drive its workload. A check records until it has
+//! seen what it checks (its own verdict on the live profile), so a slow or
+//! busy guest only makes it run longer; the deadline, well inside the time
+//! `vm-test` gives a guest (600 s, booting included), only bounds a check
+//! that cannot pass, which then fails with what it saw.
+
+use std::time::Duration;
+
+/// Longest one check drives its workload (a check that passes stops as
+/// soon as its event is in the live profile, usually within seconds).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Time since the binary began past which checks get only [`FLOOR`]: a
+/// kernel on which many checks fail still reports every one before
+/// `vm-test` kills the guest.
+pub const BUDGET: Duration = Duration::from_secs(360);
+
+/// The least a check gets, even past the budget.
+pub const FLOOR: Duration = Duration::from_secs(3);
+
+/// How long a check starting `elapsed` after the binary began may drive its workload.
+pub fn patience(elapsed: Duration) -> Duration {
+    PATIENCE.min(BUDGET.saturating_sub(elapsed)).max(FLOOR)
+}
+
+// The budget and one last full check fit in the 600 s `vm-test` gives a
+// guest, with room left for booting and the checks past the budget.
+const _: () = assert!(BUDGET.as_secs() + PATIENCE.as_secs() <= 420);
