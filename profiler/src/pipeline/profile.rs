@@ -221,10 +221,11 @@ fn name_by_address(locks: &mut [LockProfile], ks: &Kallsyms, idents: &mut dyn Id
         let ident = idents.identity(addr);
         let (ty, rt) = (locks[main].lock_type, locks[main].rt_base.clone());
         let n = name_lock(addr, ty, rt.as_deref(), &fns, ks, ident.as_ref());
+        // One address, one name: the class too comes from every row's
+        // callers (a rwlock's readers and writers call from different places).
         for &r in &rows {
             let l = &mut locks[r];
-            let row_fns: Vec<(String, u64)> = caller_fns(l).map(|(f, n)| (f.to_string(), n)).collect();
-            l.class = lock_class(addr, l.lock_type, &row_fns, ident.as_ref());
+            l.class.clone_from(&n.class);
             l.name.clone_from(&n.name);
             l.name_source = n.source;
             l.slab.clone_from(&n.slab);
@@ -349,15 +350,6 @@ pub fn comm_str(comm: &[u8; 16]) -> String {
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
-/// Sum of a set of statistics (used by views that merge rows).
-pub fn merged<'a>(sigfig: u8, it: impl IntoIterator<Item = &'a Stats>) -> Stats {
-    let mut s = Stats::new(sigfig);
-    for x in it {
-        s.merge(x);
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -406,10 +398,14 @@ ffffffff822702f1 T __lock_text_end
         }
         let p = to_profile(&agg.snapshot(), Resolver::new(Arc::new(ks), stacks), Meta::default());
         let l = &p.locks[0];
-        let (waits, ns) = l.owners.iter().fold((0, 0), |(w, n), o| (w + o.waits, n + o.wait_caused_ns));
-        assert_eq!((waits, ns), (l.wait.count(), l.wait.total_ns()), "owners plus unknown are the lock's waits");
+        // The unknown row is the rest by construction: what can be wrong is
+        // the known part, so check that against the input.
+        let known = l.owners.iter().filter(|o| o.kind != OwnerKind::Unknown);
+        let (waits, ns) = known.fold((0, 0), |(w, n), o| (w + o.waits, n + o.wait_caused_ns));
+        assert!(waits <= l.wait.count() && ns <= l.wait.total_ns(), "known owners within the lock's waits");
+        assert_eq!((waits, ns), (4, 15_000), "four waits had an owner (tasks 50, 51, readers)");
         assert_eq!(l.owners[0].kind, OwnerKind::Unknown);
-        assert_eq!(l.owners[0].wait_caused_ns, 16_000);
+        assert_eq!((l.owners[0].waits, l.owners[0].wait_caused_ns), (1, 16_000), "the ownerless wait");
         assert_eq!(l.owners[1].kind, OwnerKind::Readers);
         let w = l.owners.iter().find(|o| o.tid == 50).expect("owner 50");
         assert_eq!((w.waits, w.wait_caused_ns, w.wait_caused_max_ns), (2, 3_000, 2_000), "stacks 1 and 2 merge");
@@ -423,6 +419,37 @@ ffffffff822702f1 T __lock_text_end
         let p =
             to_profile(&agg.snapshot(), Resolver::new(Arc::new(Kallsyms::default()), HashMap::new()), Meta::default());
         assert!(p.locks[0].owners.is_empty());
+    }
+
+    #[test]
+    fn rows_of_one_address_get_one_name_and_class() {
+        // A fork + ptrace storm: tasklist_lock's readers wait in __do_wait,
+        // its writers in do_exit; both rows must read the same.
+        const TL_KS: &str = "\
+ffffffff81300000 T do_exit
+ffffffff81310000 T __do_wait
+ffffffff8226e870 T __lock_text_start
+ffffffff8226fb60 T queued_write_lock_slowpath
+ffffffff8226fc00 T queued_read_lock_slowpath
+ffffffff822702f1 T __lock_text_end
+";
+        let ks = Kallsyms::parse(TL_KS.as_bytes()).expect("parse");
+        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+            (1, vec![0xffffffff8226fb70, 0xffffffff81300040]),
+            (2, vec![0xffffffff8226fc10, 0xffffffff81310040]),
+        ]);
+        let addr = 0xffffffff83008080;
+        let mut agg = Aggregator::new(Limits::default());
+        for tid in 0..3 {
+            agg.ingest(&ev(addr, lcb::SPIN | lcb::WRITE, 1_000, 100 + tid, 1));
+        }
+        agg.ingest(&ev(addr, lcb::SPIN | lcb::READ, 9_000, 200, 2));
+        let p = to_profile(&agg.snapshot(), Resolver::new(Arc::new(ks), stacks), Meta::default());
+        assert_eq!(p.locks.len(), 2, "a read row and a write row");
+        let named = |l: &LockProfile| (l.name.clone(), l.name_source, l.class.clone());
+        assert_eq!(named(&p.locks[0]), named(&p.locks[1]), "one address, one name");
+        assert_eq!(p.locks[0].class, "rwlock @ do_exit", "the class of all of the address's contentions");
+        assert_eq!(p.locks[0].display_name(), p.locks[1].display_name());
     }
 
     #[test]
