@@ -3,12 +3,14 @@
 
 mod grouping;
 mod histogram;
+mod key;
 mod kind;
 mod profile;
 mod stats;
 mod yields;
 
 pub use grouping::grouped_by_name;
+pub use key::LockKey;
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{
     CallerProfile, Callers, Frames, LockProfile, Meta, NameSource, OwnerKind, OwnerProfile, Profile, SlowWait,

@@ -8,6 +8,6 @@ pub mod profile;
 pub mod reader;
 pub mod record;
 
-pub use aggregator::{Aggregator, Control, Limits, LockKey, Msg, Snapshot};
+pub use aggregator::{Aggregator, Control, Limits, Msg, Snapshot};
 pub use profile::{ProfileBuilder, to_profile};
 pub use record::Record;

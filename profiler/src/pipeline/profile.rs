@@ -9,8 +9,8 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
-        CallerProfile, Frames, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait, Stats,
-        TaskProfile, YieldCaller, YieldPair, YieldProfile,
+        CallerProfile, Frames, LockKey, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait,
+        Stats, TaskProfile, YieldCaller, YieldPair, YieldProfile,
     },
     symbols::{
         Identities, Kallsyms, NoIdentities, Resolver, StackSource, frame_fn, lock_class, name_lock, rt_base,
@@ -18,7 +18,7 @@ use crate::{
     },
 };
 
-use super::aggregator::{BlameKey, LockAgg, LockKey, OVERFLOW_TID, Snapshot, YieldAgg};
+use super::aggregator::{BlameKey, LockAgg, OVERFLOW_TID, Snapshot, YieldAgg};
 
 /// Frames shown in a yield caller's path.
 const YIELD_PATH_FRAMES: usize = 4;
@@ -302,7 +302,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                 let key = LockKey::of(ev);
                 let lock = locks
                     .iter()
-                    .find(|l| l.addr == key.addr && l.lock_type == key.lock_type && l.mode == key.mode)
+                    .find(|l| l.key() == key)
                     .map(|l| l.display_name().to_string())
                     .unwrap_or_else(|| format!("{:#x}", key.addr));
                 let rs = self.resolver.stack(ev.stack_id);

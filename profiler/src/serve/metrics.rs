@@ -20,7 +20,7 @@ use prometheus::{
     proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType},
 };
 
-use crate::model::{LockProfile, Meta, NameSource, Profile, Stats, mode_name, type_name};
+use crate::model::{LockKey, LockProfile, Meta, NameSource, Profile, Stats, mode_name, type_name};
 
 /// Label of the series that holds every lock without one of its own.
 pub const OTHER: &str = "[other]";
@@ -35,24 +35,6 @@ pub const BUCKET_LOG2_NS: [u32; 13] = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 3
 const DECAY: f64 = 0.977;
 /// An incumbent keeps its series unless a newcomer's score beats it by this factor.
 const HYSTERESIS: f64 = 1.25;
-
-/// Identity of a lock row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockId {
-    /// Kernel address.
-    pub addr: u64,
-    /// Type.
-    pub lock_type: LockType,
-    /// Reader/writer side.
-    pub mode: LockMode,
-}
-
-impl LockId {
-    /// The id of a lock profile.
-    pub fn of(l: &LockProfile) -> LockId {
-        LockId { addr: l.addr, lock_type: l.lock_type, mode: l.mode }
-    }
-}
 
 /// Count, sum and fixed-bucket counts of one statistic.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -148,8 +130,8 @@ struct Series {
 #[derive(Debug)]
 pub struct Exporter {
     max_series: usize,
-    seen: HashMap<LockId, Seen>,
-    series: HashMap<LockId, Series>,
+    seen: HashMap<LockKey, Seen>,
+    series: HashMap<LockKey, Series>,
     other: BTreeMap<(LockType, LockMode), Totals>,
     meta: Meta,
     yields: Option<crate::model::YieldStats>,
@@ -200,10 +182,10 @@ impl Exporter {
 
     /// Folds a new profile in.
     pub fn update(&mut self, p: &Profile) {
-        let mut deltas: Vec<(LockId, Totals, &LockProfile)> = Vec::with_capacity(p.locks.len());
+        let mut deltas: Vec<(LockKey, Totals, &LockProfile)> = Vec::with_capacity(p.locks.len());
         let mut seen = HashMap::with_capacity(p.locks.len());
         for l in &p.locks {
-            let id = LockId::of(l);
+            let id = l.key();
             let now = Totals::of(l);
             let before = self.seen.remove(&id).unwrap_or_default();
             let d = now.since(&before.totals);
@@ -229,21 +211,21 @@ impl Exporter {
     }
 
     /// Gives the top locks by score series, keeping incumbents unless clearly beaten.
-    fn select(&mut self, locks: &[(LockId, Totals, &LockProfile)]) {
-        let score = |id: &LockId| {
+    fn select(&mut self, locks: &[(LockKey, Totals, &LockProfile)]) {
+        let score = |id: &LockKey| {
             let s = self.seen.get(id).map_or(0.0, |s| s.score);
             if self.series.contains_key(id) { s * HYSTERESIS } else { s }
         };
-        let mut ranked: Vec<(f64, LockId, &LockProfile)> =
+        let mut ranked: Vec<(f64, LockKey, &LockProfile)> =
             locks.iter().filter(|(id, ..)| id.addr != 0).map(|(id, _, l)| (score(id), *id, *l)).collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let top: Vec<(LockId, &LockProfile)> = ranked
+        let top: Vec<(LockKey, &LockProfile)> = ranked
             .into_iter()
             .filter(|(s, id, _)| *s > 0.0 || self.series.contains_key(id))
             .take(self.max_series)
             .map(|(_, id, l)| (id, l))
             .collect();
-        let keep: std::collections::HashSet<LockId> = top.iter().map(|(id, _)| *id).collect();
+        let keep: std::collections::HashSet<LockKey> = top.iter().map(|(id, _)| *id).collect();
         self.series.retain(|id, _| keep.contains(id));
         for (id, l) in top {
             self.series.entry(id).or_insert_with(|| Series {
@@ -286,7 +268,7 @@ impl Exporter {
             ),
         ];
         let mut rows: Vec<(Vec<(&str, String)>, &Totals)> = Vec::new();
-        let mut ids: Vec<&LockId> = self.series.keys().collect();
+        let mut ids: Vec<&LockKey> = self.series.keys().collect();
         ids.sort();
         for id in ids {
             let s = &self.series[id];

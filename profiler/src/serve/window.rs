@@ -9,11 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    Values,
-    metrics::{LockId, Totals},
-};
-use crate::model::{LockProfile, OwnerKind, OwnerProfile, Profile};
+use super::{Values, metrics::Totals};
+use crate::model::{LockKey, LockProfile, OwnerKind, OwnerProfile, Profile};
 
 /// Frames shown for rows folded because the window was full.
 const FULL: &str = "[window full: rows folded]";
@@ -61,7 +58,7 @@ pub struct Window {
     max_entries: usize,
     entries: usize,
     slots: VecDeque<Slot>,
-    last: HashMap<LockId, LastLock>,
+    last: HashMap<LockKey, LastLock>,
     folded: u64,
 }
 
@@ -137,10 +134,10 @@ impl Window {
             }
         }
         let mut entries = Vec::new();
-        let mut full: HashMap<LockId, Values> = HashMap::new();
+        let mut full: HashMap<LockKey, Values> = HashMap::new();
         let mut last = HashMap::with_capacity(p.locks.len());
         for l in &p.locks {
-            let id = LockId::of(l);
+            let id = l.key();
             let totals = Totals::of(l);
             let (info, mut before) = match self.last.remove(&id) {
                 // Unchanged lock: nothing to add, its callers neither.

@@ -6,12 +6,12 @@ use std::{
     sync::Arc,
 };
 
-use profiler_common::{LockMode, LockType};
+use profiler_common::LockType;
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 use super::keys::{Action, action_for};
 use crate::{
-    model::{CallerProfile, LockProfile, Profile, TaskProfile, YieldStats},
+    model::{CallerProfile, LockKey, LockProfile, Profile, TaskProfile, YieldStats},
     query::{Query, SortKey},
 };
 
@@ -99,12 +99,6 @@ pub const TYPE_FILTERS: [Option<LockType>; 6] = [
 /// Intervals of history kept per lock.
 pub const HISTORY: usize = 120;
 
-type Key = (u64, LockType, LockMode);
-
-fn key(l: &LockProfile) -> Key {
-    (l.addr, l.lock_type, l.mode)
-}
-
 /// The TUI's state.
 #[derive(Debug)]
 pub struct App {
@@ -135,12 +129,12 @@ pub struct App {
     /// Contentions per second over the last interval.
     pub rate: f64,
     /// Per-lock contentions/s over the last interval.
-    pub per_sec: HashMap<Key, f64>,
+    pub per_sec: HashMap<LockKey, f64>,
     /// Per-lock wait time per interval, oldest first.
-    pub history: HashMap<Key, VecDeque<u64>>,
+    pub history: HashMap<LockKey, VecDeque<u64>>,
     /// Seconds since start.
     pub elapsed_s: f64,
-    prev: HashMap<Key, (u64, u64)>,
+    prev: HashMap<LockKey, (u64, u64)>,
     prev_events: u64,
     prev_elapsed: f64,
 }
@@ -188,7 +182,7 @@ impl App {
             // Frozen display, but keep the baselines current so the first
             // rate after resuming covers one interval, not the whole pause.
             for l in &p.locks {
-                self.prev.insert(key(l), (l.wait.count(), l.wait.total_ns()));
+                self.prev.insert(l.key(), (l.wait.count(), l.wait.total_ns()));
             }
             self.prev_events = p.contended();
             self.prev_elapsed = elapsed_s;
@@ -199,7 +193,7 @@ impl App {
         self.rate = events.saturating_sub(self.prev_events) as f64 / dt;
         self.per_sec.clear();
         for l in &p.locks {
-            let k = key(l);
+            let k = l.key();
             let (c0, w0) = self.prev.get(&k).copied().unwrap_or((0, 0));
             let (c, w) = (l.wait.count(), l.wait.total_ns());
             self.per_sec.insert(k, c.saturating_sub(c0) as f64 / dt);
@@ -299,12 +293,12 @@ impl App {
 
     /// Wait-per-interval history of a lock.
     pub fn history_of(&self, l: &LockProfile) -> Vec<u64> {
-        self.history.get(&key(l)).map(|h| h.iter().copied().collect()).unwrap_or_default()
+        self.history.get(&l.key()).map(|h| h.iter().copied().collect()).unwrap_or_default()
     }
 
     /// Contentions/s of a lock over the last interval.
     pub fn rate_of(&self, l: &LockProfile) -> f64 {
-        self.per_sec.get(&key(l)).copied().unwrap_or(0.0)
+        self.per_sec.get(&l.key()).copied().unwrap_or(0.0)
     }
 
     fn clamp_selection(&mut self) {

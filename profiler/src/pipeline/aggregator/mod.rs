@@ -15,13 +15,13 @@ use rustc_hash::FxHashMap;
 
 pub use run::{Control, Handle, Msg, spawn};
 pub use tables::{
-    BlameAgg, BlameKey, KernelStatus, Limits, LockAgg, LockKey, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot,
-    TaskAgg, YieldAgg, YieldPairAgg, YieldPairKey, capped,
+    BlameAgg, BlameKey, KernelStatus, Limits, LockAgg, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot, TaskAgg,
+    YieldAgg, YieldPairAgg, YieldPairKey, capped,
 };
 
 use super::record::Record;
 use crate::{
-    model::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats, YieldStats},
+    model::{DETAIL_SIGFIG, LOCK_SIGFIG, LockKey, Stats, YieldStats},
     symbols::OVERFLOW_STACK,
 };
 
