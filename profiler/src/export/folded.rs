@@ -2,62 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use super::ExportError;
+use super::{ExportError, Metric};
 use crate::{
     model::{CallerProfile, LockProfile, Profile},
     query::Query,
 };
-
-/// What a frame's width means.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub enum Metric {
-    /// Total wait time, ns.
-    #[default]
-    Wait,
-    /// Total hold time, ns (backends that see releases).
-    Hold,
-    /// Number of contentions.
-    Count,
-    /// Blame: the wait each owner caused, ns, by the owner's acquire stack.
-    Blame,
-    /// KVM directed yield: `yield_to` latency, ns, by caller stack.
-    Yield,
-}
-
-impl Metric {
-    /// Every metric.
-    pub const ALL: [Metric; 5] = [Metric::Wait, Metric::Hold, Metric::Count, Metric::Blame, Metric::Yield];
-
-    /// Stable name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Wait => "wait",
-            Metric::Hold => "hold",
-            Metric::Count => "count",
-            Metric::Blame => "blame",
-            Metric::Yield => "yield",
-        }
-    }
-
-    /// Unit of the weights.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Metric::Wait | Metric::Hold | Metric::Blame | Metric::Yield => "ns",
-            Metric::Count => "contentions",
-        }
-    }
-
-    /// Title for the flamegraph.
-    pub fn title(self) -> &'static str {
-        match self {
-            Metric::Wait => "Lock wait time (ns)",
-            Metric::Hold => "Lock hold time (ns)",
-            Metric::Count => "Lock contentions (count)",
-            Metric::Blame => "Lock wait caused, by owner stack (ns)",
-            Metric::Yield => "KVM directed yield: yield_to latency (ns)",
-        }
-    }
-}
 
 /// Which stacks and how.
 #[derive(Clone, Debug, Default)]

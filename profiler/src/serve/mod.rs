@@ -24,7 +24,7 @@ pub use self::{
     privileges::{Kept, PrivilegeError, drop_after_attach},
     window::Window,
 };
-use crate::{export::SampleTypes, model::Profile};
+use crate::model::Profile;
 
 /// Defaults of the serve options (the CLI shows and uses these).
 pub mod defaults {
@@ -111,49 +111,11 @@ impl Values {
     }
 }
 
-/// What a pprof profile's samples measure (`?metric=`). A new metric is one
-/// variant here and one arm in each match below.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProfileMetric {
-    /// Contentions and wait time (Go's mutex profile).
-    Wait,
-    /// Holds of contended acquisitions and hold time.
-    Hold,
-    /// Contentions only.
-    Count,
-    /// The waits each owner caused, by the owner's acquire stack (rooted at
-    /// `[held by <comm>]`; Go's mutex profile charges the unlocker likewise).
-    Blame,
-}
+/// What a pprof profile's samples measure (`?metric=`): the export metric.
+pub use crate::export::Metric as ProfileMetric;
 
 impl ProfileMetric {
-    /// Parses `?metric=`; the error is one line for a 400.
-    pub fn parse(s: &str) -> Result<ProfileMetric, String> {
-        match s {
-            "wait" => Ok(ProfileMetric::Wait),
-            "hold" => Ok(ProfileMetric::Hold),
-            "count" => Ok(ProfileMetric::Count),
-            "blame" => Ok(ProfileMetric::Blame),
-            other => Err(format!("metric must be wait, hold, count or blame, not {other:?}")),
-        }
-    }
-
-    /// The sample types of its profiles.
-    pub fn sample_types(self) -> SampleTypes {
-        match self {
-            ProfileMetric::Wait => SampleTypes::mutex(),
-            ProfileMetric::Hold => {
-                SampleTypes { types: vec![("holds", "count"), ("hold", "nanoseconds")], default: "hold" }
-            }
-            ProfileMetric::Count => SampleTypes { types: vec![("contentions", "count")], default: "contentions" },
-            ProfileMetric::Blame => SampleTypes {
-                types: vec![("waits_caused", "count"), ("wait_caused", "nanoseconds")],
-                default: "wait_caused",
-            },
-        }
-    }
-
-    /// A sample's values.
+    /// A sample's values, one per sample type.
     pub fn values(self, v: &Values) -> Vec<i64> {
         let i = |x: u64| x.min(i64::MAX as u64) as i64;
         match self {
@@ -161,17 +123,8 @@ impl ProfileMetric {
             ProfileMetric::Hold => vec![i(v.hold_count), i(v.hold_ns)],
             ProfileMetric::Count => vec![i(v.count)],
             ProfileMetric::Blame => vec![i(v.blame_count), i(v.blame_ns)],
-        }
-    }
-
-    /// Why this metric cannot be served for `p`, if it cannot.
-    pub fn unavailable(self, p: &Profile) -> Option<String> {
-        match self {
-            ProfileMetric::Hold if p.meta.hold_backend.is_none() => Some(format!(
-                "hold times are not measured here ({})",
-                p.meta.hold_unavailable.as_deref().unwrap_or("no release probes")
-            )),
-            _ => None,
+            // Never served (`unavailable`): the window keeps no yield_to rows.
+            ProfileMetric::Yield => vec![0, 0],
         }
     }
 }
