@@ -5,6 +5,7 @@ mod grouping;
 mod histogram;
 mod key;
 mod kind;
+pub mod placeholders;
 mod profile;
 mod stats;
 mod yields;

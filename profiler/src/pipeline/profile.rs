@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     model::{
         CallerProfile, Frames, LockKey, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait,
-        Stats, TaskProfile, YieldCaller, YieldPair, YieldProfile,
+        Stats, TaskProfile, YieldCaller, YieldPair, YieldProfile, placeholders,
     },
     symbols::{
         Identities, Kallsyms, NoIdentities, Resolver, StackSource, frame_fn, lock_class, name_lock, rt_base,
@@ -18,7 +18,11 @@ use crate::{
     },
 };
 
-use super::aggregator::{BlameKey, LockAgg, OVERFLOW_TID, Snapshot, YieldAgg};
+use super::aggregator::{BlameKey, LockAgg, OVERFLOW_TID, Snapshot, YieldAgg, YieldPairKey};
+
+/// Looks up a thread's name by thread id (the session reads
+/// `/proc/<tid>/comm`; the pipeline itself reads no files).
+pub type TaskNames = fn(u32) -> Option<String>;
 
 /// Frames shown in a yield caller's path.
 const YIELD_PATH_FRAMES: usize = 4;
@@ -52,7 +56,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
         .map(|(k, p)| YieldPair {
             tid: k.tid,
             pid: p.tgid,
-            comm: comm_str(&p.comm),
+            comm: if *k == YieldPairKey::OVERFLOW { placeholders::OTHER_PAIRS.into() } else { comm_str(&p.comm) },
             target_tid: k.target_tid,
             target_pid: p.target_tgid,
             target_comm: comm_str(&p.target_comm),
@@ -81,17 +85,23 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
 /// The owners of a lock (blame), merged by owner and symbolized acquire
 /// stack, with an `unknown` row for the waits no owner was seen for, so the
 /// rows sum to the lock's waits. Empty for locks that record no owner and
-/// were never blamed.
-fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> Vec<OwnerProfile> {
+/// were never blamed. An owner whose comm the kernel did not give is named
+/// by `task_name`.
+fn owners<S: StackSource>(
+    key: &LockKey,
+    agg: &LockAgg,
+    resolver: &mut Resolver<S>,
+    task_name: TaskNames,
+) -> Vec<OwnerProfile> {
     if agg.blame.is_empty() && !key.lock_type.records_owner() {
         return Vec::new();
     }
     let mut merged: BTreeMap<(u32, Vec<String>, String), OwnerProfile> = BTreeMap::new();
     for (who, b) in &agg.blame {
         let (caller, stack) = if who.owner_tid == 0 {
-            ("[held by readers]".to_string(), Vec::new())
+            (placeholders::HELD_BY_READERS.to_string(), Vec::new())
         } else if who.stack_id == STACK_SKIPPED {
-            ("[acquired without a wait lockprof saw]".to_string(), Vec::new())
+            (placeholders::ACQUIRED_UNSEEN.to_string(), Vec::new())
         } else {
             let rs = resolver.stack(who.stack_id);
             (rs.caller.clone(), rs.frames.to_vec())
@@ -99,11 +109,10 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
         let kind = if who.owner_tid == 0 { OwnerKind::Readers } else { OwnerKind::Task };
         let mut comm = comm_str(&b.comm);
         if comm.is_empty() && kind == OwnerKind::Task && who != &BlameKey::OVERFLOW {
-            comm =
-                std::fs::read_to_string(format!("/proc/{}/comm", who.owner_tid)).unwrap_or_default().trim().to_string();
+            comm = task_name(who.owner_tid).unwrap_or_default();
         }
         if who == &BlameKey::OVERFLOW {
-            comm = "[other owners: key limit reached]".into();
+            comm = placeholders::OTHER_OWNERS.into();
         }
         let o = merged.entry((who.owner_tid, stack.clone(), caller.clone())).or_insert_with(|| OwnerProfile {
             kind,
@@ -130,7 +139,7 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
             tid: 0,
             pid: 0,
             comm: String::new(),
-            caller: "[owner unknown]".into(),
+            caller: placeholders::OWNER_UNKNOWN.into(),
             stack: Vec::new(),
             waits: rest_waits,
             wait_caused_ns: rest_ns,
@@ -142,7 +151,12 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
 }
 
 /// One lock's profile: callers symbolized and merged by stack, named.
-fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> LockProfile {
+fn lock_profile<S: StackSource>(
+    key: &LockKey,
+    agg: &LockAgg,
+    resolver: &mut Resolver<S>,
+    task_name: TaskNames,
+) -> LockProfile {
     // Callers with the same symbolized stack are merged.
     let mut by_stack: BTreeMap<Frames, CallerProfile> = BTreeMap::new();
     let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
@@ -171,7 +185,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
     let rt = matches!(key.lock_type, LockType::RtMutex | LockType::RwlockRt);
     let rt_base = callers.iter().filter(|_| rt).find_map(|c| rt_base(&c.stack)).map(str::to_string);
     let class = if key.addr == 0 {
-        "[other locks: key limit reached]".to_string()
+        placeholders::OTHER_LOCKS.to_string()
     } else {
         lock_class(key.addr, key.lock_type, &caller_fns, None)
     };
@@ -185,7 +199,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
         slab: None,
         field: None,
         addresses: None,
-        owners: owners(key, agg, resolver),
+        owners: owners(key, agg, resolver, task_name),
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
@@ -241,13 +255,21 @@ pub struct ProfileBuilder<S> {
     locks: FxHashMap<LockKey, (Arc<LockAgg>, LockProfile)>,
     /// What the kernel confirmed about lock addresses.
     idents: Box<dyn Identities>,
+    /// Names of owner threads the kernel gave no comm for.
+    task_names: TaskNames,
 }
 
 impl<S: StackSource> ProfileBuilder<S> {
     /// A builder over a resolver (whose stack cache it keeps), without
     /// kernel identities.
     pub fn new(resolver: Resolver<S>) -> Self {
-        ProfileBuilder { resolver, locks: FxHashMap::default(), idents: Box::new(NoIdentities) }
+        ProfileBuilder { resolver, locks: FxHashMap::default(), idents: Box::new(NoIdentities), task_names: |_| None }
+    }
+
+    /// Names owner threads the kernel gave no comm for with `names`.
+    pub fn with_task_names(mut self, names: TaskNames) -> Self {
+        self.task_names = names;
+        self
     }
 
     /// Names locks with what the kernel confirmed, too.
@@ -276,7 +298,7 @@ impl<S: StackSource> ProfileBuilder<S> {
             match self.locks.get(key) {
                 Some((seen, built)) if Arc::ptr_eq(seen, agg) => locks.push(built.clone()),
                 _ => {
-                    let built = lock_profile(key, agg, &mut self.resolver);
+                    let built = lock_profile(key, agg, &mut self.resolver, self.task_names);
                     self.locks.insert(*key, (agg.clone(), built.clone()));
                     locks.push(built);
                 }
@@ -290,7 +312,12 @@ impl<S: StackSource> ProfileBuilder<S> {
         let mut tasks: Vec<TaskProfile> = snap
             .tasks
             .iter()
-            .map(|(tid, t)| TaskProfile { tid: *tid, tgid: t.tgid, comm: comm_str(&t.comm), wait: t.wait.clone() })
+            .map(|(tid, t)| TaskProfile {
+                tid: *tid,
+                tgid: t.tgid,
+                comm: if *tid == OVERFLOW_TID { placeholders::OTHER_TASKS.into() } else { comm_str(&t.comm) },
+                wait: t.wait.clone(),
+            })
             .collect();
         tasks.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.tid.cmp(&b.tid)));
         debug_assert!(tasks.iter().filter(|t| t.tid == OVERFLOW_TID).count() <= 1);
@@ -535,6 +562,19 @@ ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
         let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<u32, Vec<u64>>::new());
         let p = to_profile(&Aggregator::new(Limits::default()).snapshot(), r, Meta::default());
         assert!(p.yield_to.is_none());
+    }
+
+    #[test]
+    fn overflow_rows_are_named_here_not_in_the_aggregator() {
+        let mut agg = Aggregator::new(Limits { max_tasks: 1, ..Limits::default() });
+        agg.ingest(&ev(0x1000, lcb::MUTEX, 10, 1, 1));
+        agg.ingest(&ev(0x1000, lcb::MUTEX, 10, 2, 1));
+        let snap = agg.snapshot();
+        assert_eq!(snap.tasks[&OVERFLOW_TID].comm, [0; 16], "the aggregator keeps no display text");
+        let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<u32, Vec<u64>>::new());
+        let p = to_profile(&snap, r, Meta::default());
+        let other = p.tasks.iter().find(|t| t.tid == OVERFLOW_TID).expect("overflow row");
+        assert_eq!(other.comm, placeholders::OTHER_TASKS);
     }
 
     #[test]

@@ -10,10 +10,7 @@ use std::{
 };
 
 use super::{Values, metrics::Totals};
-use crate::model::{LockKey, LockProfile, OwnerKind, OwnerProfile, Profile};
-
-/// Frames shown for rows folded because the window was full.
-const FULL: &str = "[window full: rows folded]";
+use crate::model::{LockKey, LockProfile, OwnerKind, OwnerProfile, Profile, placeholders};
 
 /// What the window knows of a lock: its labels.
 #[derive(Debug)]
@@ -83,9 +80,9 @@ pub fn owner_values(o: &OwnerProfile) -> Values {
 /// waiter's stack.
 pub fn owner_frames(o: &OwnerProfile) -> Arc<[String]> {
     let root = match o.kind {
-        OwnerKind::Task => format!("[held by {}]", if o.comm.is_empty() { "?" } else { &o.comm }),
-        OwnerKind::Readers => "[held by readers]".to_string(),
-        OwnerKind::Unknown => "[owner unknown]".to_string(),
+        OwnerKind::Task => placeholders::held_by(&o.comm),
+        OwnerKind::Readers => placeholders::HELD_BY_READERS.to_string(),
+        OwnerKind::Unknown => placeholders::OWNER_UNKNOWN.to_string(),
     };
     let mut frames = match o.kind {
         OwnerKind::Task if o.stack.is_empty() => vec![o.caller.clone()],
@@ -184,7 +181,11 @@ impl Window {
                 keep(key, now_v, d);
             }
             if let Some(v) = full.remove(&id) {
-                entries.push(Entry { lock: info.clone(), stack: Arc::from([FULL.to_string()]), values: v });
+                entries.push(Entry {
+                    lock: info.clone(),
+                    stack: Arc::from([placeholders::WINDOW_FULL.to_string()]),
+                    values: v,
+                });
             }
             last.insert(id, LastLock { info, totals, callers });
         }
