@@ -1,6 +1,7 @@
 //! The data model shared by every face of lockprof: statistics, lock kinds,
 //! and the resolved [`Profile`] that reports, recordings and exports read.
 
+mod frames;
 mod grouping;
 mod histogram;
 mod key;

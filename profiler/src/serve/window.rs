@@ -10,7 +10,7 @@ use std::{
 };
 
 use super::{Values, metrics::Totals};
-use crate::model::{LockKey, LockProfile, OwnerKind, OwnerProfile, Profile, placeholders};
+use crate::model::{CallerProfile, LockKey, LockProfile, OwnerProfile, Profile, placeholders};
 
 /// What the window knows of a lock: its labels.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ pub struct Window {
 }
 
 /// A caller's cumulative figures.
-pub fn caller_values(c: &crate::model::CallerProfile) -> Values {
+pub fn caller_values(c: &CallerProfile) -> Values {
     Values {
         count: c.wait.count(),
         wait_ns: c.wait.total_ns(),
@@ -75,27 +75,14 @@ pub fn owner_values(o: &OwnerProfile) -> Values {
     Values { blame_count: o.waits, blame_ns: o.wait_caused_ns, ..Values::default() }
 }
 
-/// The frames an owner row is keyed and drawn by: its acquire stack (or what
-/// is known of it) under a root frame naming it, so they never merge with a
-/// waiter's stack.
+/// The frames an owner row is keyed and drawn by ([`OwnerProfile::frames`]).
 pub fn owner_frames(o: &OwnerProfile) -> Arc<[String]> {
-    let root = match o.kind {
-        OwnerKind::Task => placeholders::held_by(&o.comm),
-        OwnerKind::Readers => placeholders::HELD_BY_READERS.to_string(),
-        OwnerKind::Unknown => placeholders::OWNER_UNKNOWN.to_string(),
-    };
-    let mut frames = match o.kind {
-        OwnerKind::Task if o.stack.is_empty() => vec![o.caller.clone()],
-        OwnerKind::Task => o.stack.clone(),
-        _ => Vec::new(),
-    };
-    frames.push(root);
-    frames.into()
+    o.frames().into()
 }
 
-/// The frames a caller is keyed and drawn by.
-pub fn caller_frames(c: &crate::model::CallerProfile) -> &[String] {
-    if c.stack.is_empty() { std::slice::from_ref(&c.caller) } else { &c.stack }
+/// The frames a caller is keyed and drawn by ([`CallerProfile::frames`]).
+pub fn caller_frames(c: &CallerProfile) -> &[String] {
+    c.frames()
 }
 
 fn lock_info(l: &LockProfile) -> Arc<LockInfo> {
@@ -158,7 +145,7 @@ impl Window {
                 callers.insert(key, now_v);
             };
             for c in l.callers.iter() {
-                let frames = caller_frames(c);
+                let frames = c.frames();
                 let now_v = caller_values(c);
                 let (key, d) = match before.remove_entry(frames) {
                     Some((k, was)) => (k, now_v.since(&was)),
