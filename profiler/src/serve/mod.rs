@@ -62,54 +62,8 @@ pub enum ServeError {
     Io(SocketAddr, std::io::Error),
 }
 
-/// Growth (or totals) of one (lock, stack): waits and holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Values {
-    /// Contentions.
-    pub count: u64,
-    /// Their wait, ns.
-    pub wait_ns: u64,
-    /// Holds seen.
-    pub hold_count: u64,
-    /// Their hold time, ns.
-    pub hold_ns: u64,
-    /// Waits this row's owner caused (owner rows only).
-    pub blame_count: u64,
-    /// Their wait, ns.
-    pub blame_ns: u64,
-}
-
-impl Values {
-    /// Growth from `last`; all of `self` when it shrank (a row created again).
-    pub fn since(&self, last: &Values) -> Values {
-        if self.count < last.count || self.hold_count < last.hold_count || self.blame_count < last.blame_count {
-            return *self;
-        }
-        Values {
-            count: self.count - last.count,
-            wait_ns: self.wait_ns.saturating_sub(last.wait_ns),
-            hold_count: self.hold_count - last.hold_count,
-            hold_ns: self.hold_ns.saturating_sub(last.hold_ns),
-            blame_count: self.blame_count - last.blame_count,
-            blame_ns: self.blame_ns.saturating_sub(last.blame_ns),
-        }
-    }
-
-    /// Adds `d`.
-    pub fn add(&mut self, d: &Values) {
-        self.count += d.count;
-        self.wait_ns = self.wait_ns.saturating_add(d.wait_ns);
-        self.hold_count += d.hold_count;
-        self.hold_ns = self.hold_ns.saturating_add(d.hold_ns);
-        self.blame_count += d.blame_count;
-        self.blame_ns = self.blame_ns.saturating_add(d.blame_ns);
-    }
-
-    /// Nothing in it.
-    pub fn is_zero(&self) -> bool {
-        self.count == 0 && self.hold_count == 0 && self.blame_count == 0
-    }
-}
+/// Growth (or totals) of one (lock, stack) row, from the pipeline's deltas.
+pub use crate::pipeline::delta::Values;
 
 /// What a pprof profile's samples measure (`?metric=`): the export metric.
 pub use crate::export::Metric as ProfileMetric;

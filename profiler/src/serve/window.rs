@@ -9,8 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Values, metrics::Totals};
+use super::Values;
 use crate::model::{CallerProfile, LockKey, LockProfile, OwnerProfile, Profile, placeholders};
+use crate::pipeline::delta::Deltas;
 
 /// What the window knows of a lock: its labels.
 #[derive(Debug)]
@@ -40,14 +41,6 @@ struct Slot {
     entries: Vec<Entry>,
 }
 
-/// A lock's last cumulative figures, per caller stack.
-#[derive(Debug)]
-struct LastLock {
-    info: Arc<LockInfo>,
-    totals: Totals,
-    callers: HashMap<Arc<[String]>, Values>,
-}
-
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Window {
@@ -55,24 +48,21 @@ pub struct Window {
     max_entries: usize,
     entries: usize,
     slots: VecDeque<Slot>,
-    last: HashMap<LockKey, LastLock>,
+    /// What each profile added, per (lock, frames).
+    deltas: Deltas,
+    /// The labels of each lock of the last profile, fixed when it appeared.
+    infos: HashMap<LockKey, Arc<LockInfo>>,
     folded: u64,
 }
 
-/// A caller's cumulative figures.
+/// A caller's cumulative figures ([`Values::of_caller`]).
 pub fn caller_values(c: &CallerProfile) -> Values {
-    Values {
-        count: c.wait.count(),
-        wait_ns: c.wait.total_ns(),
-        hold_count: c.hold.as_ref().map_or(0, |h| h.count()),
-        hold_ns: c.hold.as_ref().map_or(0, |h| h.total_ns()),
-        ..Values::default()
-    }
+    Values::of_caller(c)
 }
 
-/// An owner row's figures: the waits it caused.
+/// An owner row's figures ([`Values::of_owner`]).
 pub fn owner_values(o: &OwnerProfile) -> Values {
-    Values { blame_count: o.waits, blame_ns: o.wait_caused_ns, ..Values::default() }
+    Values::of_owner(o)
 }
 
 /// The frames an owner row is keyed and drawn by ([`OwnerProfile::frames`]).
@@ -92,7 +82,15 @@ fn lock_info(l: &LockProfile) -> Arc<LockInfo> {
 impl Window {
     /// A window of `length` holding at most `max_entries` rows.
     pub fn new(length: Duration, max_entries: usize) -> Window {
-        Window { length, max_entries, entries: 0, slots: VecDeque::new(), last: HashMap::new(), folded: 0 }
+        Window {
+            length,
+            max_entries,
+            entries: 0,
+            slots: VecDeque::new(),
+            deltas: Deltas::with_rows(),
+            infos: HashMap::new(),
+            folded: 0,
+        }
     }
 
     /// Its length.
@@ -118,65 +116,28 @@ impl Window {
             }
         }
         let mut entries = Vec::new();
-        let mut full: HashMap<LockKey, Values> = HashMap::new();
-        let mut last = HashMap::with_capacity(p.locks.len());
-        for l in &p.locks {
-            let id = l.key();
-            let totals = Totals::of(l);
-            let (info, mut before) = match self.last.remove(&id) {
-                // Unchanged lock: nothing to add, its callers neither.
-                Some(prev) if prev.totals == totals => {
-                    last.insert(id, prev);
-                    continue;
-                }
-                Some(prev) if prev.totals.wait.count <= totals.wait.count => (prev.info, prev.callers),
-                _ => (lock_info(l), HashMap::new()),
+        let mut infos = HashMap::with_capacity(p.locks.len());
+        for d in self.deltas.next(p) {
+            let info = match self.infos.remove(&d.key) {
+                Some(info) if !d.new => info,
+                _ => lock_info(&p.locks[d.index]),
             };
-            let mut callers = HashMap::with_capacity(l.callers.len() + l.owners.len());
-            let mut keep = |key: Arc<[String]>, now_v: Values, d: Values| {
-                if !d.is_zero() {
-                    if self.entries + entries.len() < self.max_entries {
-                        entries.push(Entry { lock: info.clone(), stack: key.clone(), values: d });
-                    } else {
-                        self.folded += 1;
-                        full.entry(id).or_default().add(&d);
-                    }
+            let mut full = Values::default();
+            for (stack, values) in d.rows {
+                if self.entries + entries.len() < self.max_entries {
+                    entries.push(Entry { lock: info.clone(), stack, values });
+                } else {
+                    self.folded += 1;
+                    full.add(&values);
                 }
-                callers.insert(key, now_v);
-            };
-            for c in l.callers.iter() {
-                let frames = c.frames();
-                let now_v = caller_values(c);
-                let (key, d) = match before.remove_entry(frames) {
-                    Some((k, was)) => (k, now_v.since(&was)),
-                    // Shares the profile's frames (and so the symbol cache's).
-                    None if !c.stack.is_empty() => (c.stack.clone(), now_v),
-                    None => (Arc::from(frames), now_v),
-                };
-                keep(key, now_v, d);
             }
-            // Owners of one comm and acquire stack share their frames: one row.
-            let mut owners: HashMap<Arc<[String]>, Values> = HashMap::new();
-            for o in &l.owners {
-                owners.entry(owner_frames(o)).or_default().add(&owner_values(o));
+            if !full.is_zero() {
+                let stack = Arc::from([placeholders::WINDOW_FULL.to_string()]);
+                entries.push(Entry { lock: info.clone(), stack, values: full });
             }
-            for (frames, now_v) in owners {
-                let (key, d) = match before.remove_entry(&frames[..]) {
-                    Some((k, was)) => (k, now_v.since(&was)),
-                    None => (frames, now_v),
-                };
-                keep(key, now_v, d);
-            }
-            if let Some(v) = full.remove(&id) {
-                entries.push(Entry {
-                    lock: info.clone(),
-                    stack: Arc::from([placeholders::WINDOW_FULL.to_string()]),
-                    values: v,
-                });
-            }
-            last.insert(id, LastLock { info, totals, callers });
+            infos.insert(d.key, info);
         }
-        self.last = last;
+        self.infos = infos;
         self.entries += entries.len();
         if !entries.is_empty() {
             self.slots.push_back(Slot { at: now, entries });

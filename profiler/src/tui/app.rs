@@ -12,6 +12,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use super::keys::{Action, action_for};
 use crate::{
     model::{CallerProfile, LockKey, LockProfile, Profile, TaskProfile, YieldStats},
+    pipeline::delta::Deltas,
     query::{Query, SortKey},
 };
 
@@ -134,8 +135,8 @@ pub struct App {
     pub history: HashMap<LockKey, VecDeque<u64>>,
     /// Seconds since start.
     pub elapsed_s: f64,
-    prev: HashMap<LockKey, (u64, u64)>,
-    prev_events: u64,
+    /// What each profile added per lock.
+    deltas: Deltas,
     prev_elapsed: f64,
 }
 
@@ -159,8 +160,7 @@ impl App {
             per_sec: HashMap::new(),
             history: HashMap::new(),
             elapsed_s: 0.0,
-            prev: HashMap::new(),
-            prev_events: 0,
+            deltas: Deltas::new(),
             prev_elapsed: 0.0,
         }
     }
@@ -178,33 +178,24 @@ impl App {
     /// A new profile arrived (ignored while paused, except the clock).
     pub fn on_profile(&mut self, p: Arc<Profile>, elapsed_s: f64) {
         self.elapsed_s = elapsed_s;
+        let deltas = self.deltas.next(&p);
         if self.paused {
-            // Frozen display, but keep the baselines current so the first
-            // rate after resuming covers one interval, not the whole pause.
-            for l in &p.locks {
-                self.prev.insert(l.key(), (l.wait.count(), l.wait.total_ns()));
-            }
-            self.prev_events = p.contended();
+            // Frozen display, but the deltas are taken so the first rate
+            // after resuming covers one interval, not the whole pause.
             self.prev_elapsed = elapsed_s;
             return;
         }
         let dt = (elapsed_s - self.prev_elapsed).max(1e-3);
-        let events = p.contended();
-        self.rate = events.saturating_sub(self.prev_events) as f64 / dt;
+        self.rate = deltas.iter().map(|d| d.totals.wait.count).sum::<u64>() as f64 / dt;
         self.per_sec.clear();
-        for l in &p.locks {
-            let k = l.key();
-            let (c0, w0) = self.prev.get(&k).copied().unwrap_or((0, 0));
-            let (c, w) = (l.wait.count(), l.wait.total_ns());
-            self.per_sec.insert(k, c.saturating_sub(c0) as f64 / dt);
-            let h = self.history.entry(k).or_default();
-            h.push_back(w.saturating_sub(w0));
+        for d in &deltas {
+            self.per_sec.insert(d.key, d.totals.wait.count as f64 / dt);
+            let h = self.history.entry(d.key).or_default();
+            h.push_back(d.totals.wait.sum_ns);
             while h.len() > HISTORY {
                 h.pop_front();
             }
-            self.prev.insert(k, (c, w));
         }
-        self.prev_events = events;
         self.prev_elapsed = elapsed_s;
         self.profile = p;
         self.refresh_rows();
@@ -311,9 +302,8 @@ impl App {
     /// Forget derived history (after a reset).
     pub fn clear_history(&mut self) {
         self.history.clear();
-        self.prev.clear();
+        self.deltas.clear();
         self.per_sec.clear();
-        self.prev_events = 0;
     }
 
     /// A key press.
