@@ -26,6 +26,8 @@ pub const HELD_BY_READERS: &str = "[held by readers]";
 pub const ACQUIRED_UNSEEN: &str = "[acquired without a wait lockprof saw]";
 /// Waits no owner was seen for.
 pub const OWNER_UNKNOWN: &str = "[owner unknown]";
+/// A yield_to target the kernel did not name.
+pub const UNKNOWN_TARGET: &str = "[unknown target]";
 /// Rows `lockprof serve`'s window folded because it was full.
 pub const WINDOW_FULL: &str = "[window full: rows folded]";
 

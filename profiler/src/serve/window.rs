@@ -22,6 +22,8 @@ pub struct LockInfo {
     pub type_label: String,
     /// Address.
     pub addr: u64,
+    /// The lock row.
+    pub key: LockKey,
 }
 
 /// One (lock, stack) row of one profile's growth.
@@ -76,7 +78,7 @@ pub fn caller_frames(c: &CallerProfile) -> &[String] {
 }
 
 fn lock_info(l: &LockProfile) -> Arc<LockInfo> {
-    Arc::new(LockInfo { name: l.display_name().to_string(), type_label: l.type_label(), addr: l.addr })
+    Arc::new(LockInfo { name: l.display_name().to_string(), type_label: l.type_label(), addr: l.addr, key: l.key() })
 }
 
 impl Window {
@@ -146,11 +148,11 @@ impl Window {
 
     /// The rows added within `seconds` before `now`, merged by (lock, stack).
     pub fn last(&self, seconds: Duration, now: Instant) -> Vec<Entry> {
-        let mut merged: HashMap<(u64, String, Arc<[String]>), Entry> = HashMap::new();
+        let mut merged: HashMap<(LockKey, Arc<[String]>), Entry> = HashMap::new();
         for s in self.slots.iter().filter(|s| now.saturating_duration_since(s.at) < seconds) {
             for e in &s.entries {
                 merged
-                    .entry((e.lock.addr, e.lock.type_label.clone(), e.stack.clone()))
+                    .entry((e.lock.key, e.stack.clone()))
                     .and_modify(|m| m.values.add(&e.values))
                     .or_insert_with(|| e.clone());
             }
