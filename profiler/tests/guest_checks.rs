@@ -224,7 +224,7 @@ fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
         stack: vec![format!("{caller}+0x10")],
         waits,
         wait_caused_ns: ns,
-        wait_caused_max_ns: ns,
+        wait_caused_max_ns: ns / waits, // within the lock's longest wait (2 us)
     };
     let mut mm = lock(Some("mmap_lock"), LockType::Rwsem, LockMode::Read, "lock_mm_and_find_vma");
     mm.owners = vec![
@@ -232,8 +232,11 @@ fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
         owner(OwnerKind::Unknown, "[owner unknown]", 1, 2_000),
     ];
     assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok());
-    mm.owners[1].wait_caused_ns = 1;
-    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).expect_err("sums").contains("sum to"));
+    mm.owners[0].waits = 3;
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).expect_err("sums").contains("more than the lock has"));
+    mm.owners[0].waits = 1;
+    mm.owners[0].wait_caused_max_ns = 2_001;
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).expect_err("max").contains("longer than the lock's"));
     mm.owners = vec![owner(OwnerKind::Unknown, "[owner unknown]", 2, 3_000)];
     assert!(checks::mmap_blame(&profile(vec![mm.clone()])).expect_err("unknown").contains("no mmap_lock wait blamed"));
     mm.owners = vec![owner(OwnerKind::Readers, "[acquired without a wait lockprof saw]", 2, 3_000)];

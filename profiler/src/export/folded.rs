@@ -2,62 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use super::ExportError;
+use super::{ExportError, Metric};
 use crate::{
     model::{CallerProfile, LockProfile, Profile},
     query::Query,
 };
-
-/// What a frame's width means.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub enum Metric {
-    /// Total wait time, ns.
-    #[default]
-    Wait,
-    /// Total hold time, ns (backends that see releases).
-    Hold,
-    /// Number of contentions.
-    Count,
-    /// Blame: the wait each owner caused, ns, by the owner's acquire stack.
-    Blame,
-    /// KVM directed yield: `yield_to` latency, ns, by caller stack.
-    Yield,
-}
-
-impl Metric {
-    /// Every metric.
-    pub const ALL: [Metric; 5] = [Metric::Wait, Metric::Hold, Metric::Count, Metric::Blame, Metric::Yield];
-
-    /// Stable name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Wait => "wait",
-            Metric::Hold => "hold",
-            Metric::Count => "count",
-            Metric::Blame => "blame",
-            Metric::Yield => "yield",
-        }
-    }
-
-    /// Unit of the weights.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Metric::Wait | Metric::Hold | Metric::Blame | Metric::Yield => "ns",
-            Metric::Count => "contentions",
-        }
-    }
-
-    /// Title for the flamegraph.
-    pub fn title(self) -> &'static str {
-        match self {
-            Metric::Wait => "Lock wait time (ns)",
-            Metric::Hold => "Lock hold time (ns)",
-            Metric::Count => "Lock contentions (count)",
-            Metric::Blame => "Lock wait caused, by owner stack (ns)",
-            Metric::Yield => "KVM directed yield: yield_to latency (ns)",
-        }
-    }
-}
 
 /// Which stacks and how.
 #[derive(Clone, Debug, Default)]
@@ -89,20 +38,12 @@ fn weight(l: &LockProfile, c: &CallerProfile, m: Metric) -> Result<u64, ExportEr
     })
 }
 
-/// Owners' acquire stacks weighted by the wait they caused, the lock as the
-/// leaf (or root); waits with no owner seen go under `[owner unknown]`.
+/// Owners' acquire stacks weighted by the wait they caused, under the
+/// owner's root frame ([`OwnerProfile::frames`](crate::model::OwnerProfile::frames)),
+/// the lock as the leaf (or root).
 fn blame_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
     fold_per_lock(p, o, |l| {
-        Ok(l.owners
-            .iter()
-            .map(|ow| {
-                let mut frames = root_first(&ow.stack, &ow.caller, o.offsets);
-                if ow.kind == crate::model::OwnerKind::Task && !ow.comm.is_empty() {
-                    frames.insert(0, clean(&ow.comm, true));
-                }
-                (frames, ow.wait_caused_ns)
-            })
-            .collect())
+        Ok(l.owners.iter().map(|ow| (root_first(&ow.frames(), o.offsets), ow.wait_caused_ns)).collect())
     })
 }
 
@@ -135,14 +76,9 @@ fn fold_per_lock<'p>(
     Ok(merged.into_iter().map(|(k, v)| format!("{k} {v}")).collect())
 }
 
-/// A stack's frames root first, cleaned; the caller alone when the stack is
-/// unknown.
-fn root_first(stack: &[String], caller: &str, offsets: bool) -> Vec<String> {
-    if stack.is_empty() {
-        vec![clean(caller, offsets)]
-    } else {
-        stack.iter().rev().map(|f| clean(f, offsets)).collect()
-    }
+/// Frames (innermost first) root first, cleaned.
+fn root_first(frames: &[String], offsets: bool) -> Vec<String> {
+    frames.iter().rev().map(|f| clean(f, offsets)).collect()
 }
 
 /// `yield_to` caller stacks weighted by latency, `yield_to` as the leaf.
@@ -156,7 +92,7 @@ fn yield_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError>
         if w == 0 {
             continue;
         }
-        let mut frames = root_first(&c.stack, &c.caller, o.offsets);
+        let mut frames = root_first(c.frames(), o.offsets);
         // The stack's innermost frames are yield_to itself (fentry/kprobe):
         // one leaf frame carries it, with the outcomes.
         while frames.last().is_some_and(|f| crate::symbols::frame_fn(f) == "yield_to") {
@@ -185,7 +121,7 @@ pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportE
         ));
     }
     fold_per_lock(p, o, |l| {
-        l.callers.iter().map(|c| Ok((root_first(&c.stack, &c.caller, o.offsets), weight(l, c, o.metric)?))).collect()
+        l.callers.iter().map(|c| Ok((root_first(c.frames(), o.offsets), weight(l, c, o.metric)?))).collect()
     })
 }
 
@@ -279,6 +215,38 @@ mod tests {
         assert_eq!(pipes.len(), 2, "{lines:?}");
         assert!(pipes.iter().any(|l| l.contains(";mutex @ anon_pipe_write #a1b2c0 [mutex]")), "{lines:?}");
         assert!(pipes.iter().any(|l| l.contains(";mutex @ anon_pipe_write #a1c2c0 [mutex]")), "{lines:?}");
+    }
+
+    #[test]
+    fn blame_lines_are_rooted_at_the_owner_as_in_pprof() {
+        use crate::model::{OwnerKind, OwnerProfile, placeholders};
+        let owner = |kind, comm: &str, caller: &str, stack: &[&str], ns| OwnerProfile {
+            kind,
+            tid: 9,
+            pid: 9,
+            comm: comm.into(),
+            caller: caller.into(),
+            stack: stack.iter().map(|f| f.to_string()).collect(),
+            waits: 1,
+            wait_caused_ns: ns,
+            wait_caused_max_ns: ns,
+        };
+        let mut p = fixture::profile();
+        let stack = ["mutex_lock+0x1", "pipe_write+0x5", "vfs_write+0x9"];
+        p.locks[1].owners = vec![
+            owner(OwnerKind::Task, "writer", "pipe_write+0x5", &stack, 300),
+            owner(OwnerKind::Unknown, "", placeholders::OWNER_UNKNOWN, &[], 100),
+        ];
+        let lines = folded_lines(&p, &FoldOptions { metric: Metric::Blame, ..Default::default() }).expect("fold");
+        assert_eq!(
+            lines,
+            [
+                "[held by writer];vfs_write;pipe_write;mutex_lock;mutex @ anon_pipe_write [mutex] 300",
+                "[owner unknown];mutex @ anon_pipe_write [mutex] 100",
+            ]
+        );
+        let root_first: Vec<String> = p.locks[1].owners[0].frames().into_iter().rev().collect();
+        assert!(lines[0].starts_with(&root_first[0]), "the frames pprof and serve draw: {root_first:?}");
     }
 
     #[test]

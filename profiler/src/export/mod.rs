@@ -1,10 +1,12 @@
 //! Exports: folded stacks, flamegraph SVGs (inferno) and pprof profiles.
 
 mod folded;
+mod metric;
 mod pprof;
 mod svg;
 
-pub use folded::{FoldOptions, Metric, folded_lines};
+pub use folded::{FoldOptions, folded_lines};
+pub use metric::Metric;
 pub use pprof::{PprofHeader, PprofSample, SampleTypes, build_pprof, encode_pprof, gzip_pprof, pprof_profile, proto};
 pub use svg::{SvgOptions, diff_svg, svg};
 

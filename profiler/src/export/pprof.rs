@@ -292,7 +292,7 @@ pub fn pprof_profile(profile: &Profile) -> proto::Profile {
             lock: l.display_name(),
             lock_type: ty,
             addr: l.addr,
-            frames: if c.stack.is_empty() { std::slice::from_ref(&c.caller) } else { &c.stack },
+            frames: c.frames(),
             values: vec![ns(c.wait.count()), ns(c.wait.total_ns())],
         })
     });

@@ -2,15 +2,19 @@
 //! and the resolved [`Profile`] that reports, recordings and exports read.
 
 mod counters;
+mod frames;
 mod grouping;
 mod histogram;
+mod key;
 mod kind;
+pub mod placeholders;
 mod profile;
 mod stats;
 mod yields;
 
 pub use counters::{Bookkeeping, Counter, CounterKind, Counters, Field, Losses};
 pub use grouping::grouped_by_name;
+pub use key::LockKey;
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{
     CallerProfile, Callers, Frames, LockProfile, Meta, NameSource, OwnerKind, OwnerProfile, Profile, SlowWait,

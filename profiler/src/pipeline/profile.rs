@@ -9,8 +9,8 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
-        CallerProfile, Frames, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait, Stats,
-        TaskProfile, YieldCaller, YieldPair, YieldProfile,
+        CallerProfile, Frames, LockKey, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait,
+        Stats, TaskProfile, YieldCaller, YieldPair, YieldProfile, placeholders,
     },
     symbols::{
         Identities, Kallsyms, NoIdentities, Resolver, StackSource, frame_fn, lock_class, name_lock, rt_base,
@@ -18,7 +18,11 @@ use crate::{
     },
 };
 
-use super::aggregator::{BlameKey, LockAgg, LockKey, OVERFLOW_TID, Snapshot, YieldAgg};
+use super::aggregator::{BlameKey, LockAgg, OVERFLOW_TID, Snapshot, YieldAgg, YieldPairKey};
+
+/// Looks up a thread's name by thread id (the session reads
+/// `/proc/<tid>/comm`; the pipeline itself reads no files).
+pub type TaskNames = fn(u32) -> Option<String>;
 
 /// Frames shown in a yield caller's path.
 const YIELD_PATH_FRAMES: usize = 4;
@@ -52,7 +56,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
         .map(|(k, p)| YieldPair {
             tid: k.tid,
             pid: p.tgid,
-            comm: comm_str(&p.comm),
+            comm: if *k == YieldPairKey::OVERFLOW { placeholders::OTHER_PAIRS.into() } else { comm_str(&p.comm) },
             target_tid: k.target_tid,
             target_pid: p.target_tgid,
             target_comm: comm_str(&p.target_comm),
@@ -81,17 +85,23 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
 /// The owners of a lock (blame), merged by owner and symbolized acquire
 /// stack, with an `unknown` row for the waits no owner was seen for, so the
 /// rows sum to the lock's waits. Empty for locks that record no owner and
-/// were never blamed.
-fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> Vec<OwnerProfile> {
+/// were never blamed. An owner whose comm the kernel did not give is named
+/// by `task_name`.
+fn owners<S: StackSource>(
+    key: &LockKey,
+    agg: &LockAgg,
+    resolver: &mut Resolver<S>,
+    task_name: TaskNames,
+) -> Vec<OwnerProfile> {
     if agg.blame.is_empty() && !key.lock_type.records_owner() {
         return Vec::new();
     }
     let mut merged: BTreeMap<(u32, Vec<String>, String), OwnerProfile> = BTreeMap::new();
     for (who, b) in &agg.blame {
         let (caller, stack) = if who.owner_tid == 0 {
-            ("[held by readers]".to_string(), Vec::new())
+            (placeholders::HELD_BY_READERS.to_string(), Vec::new())
         } else if who.stack_id == STACK_SKIPPED {
-            ("[acquired without a wait lockprof saw]".to_string(), Vec::new())
+            (placeholders::ACQUIRED_UNSEEN.to_string(), Vec::new())
         } else {
             let rs = resolver.stack(who.stack_id);
             (rs.caller.clone(), rs.frames.to_vec())
@@ -99,11 +109,10 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
         let kind = if who.owner_tid == 0 { OwnerKind::Readers } else { OwnerKind::Task };
         let mut comm = comm_str(&b.comm);
         if comm.is_empty() && kind == OwnerKind::Task && who != &BlameKey::OVERFLOW {
-            comm =
-                std::fs::read_to_string(format!("/proc/{}/comm", who.owner_tid)).unwrap_or_default().trim().to_string();
+            comm = task_name(who.owner_tid).unwrap_or_default();
         }
         if who == &BlameKey::OVERFLOW {
-            comm = "[other owners: key limit reached]".into();
+            comm = placeholders::OTHER_OWNERS.into();
         }
         let o = merged.entry((who.owner_tid, stack.clone(), caller.clone())).or_insert_with(|| OwnerProfile {
             kind,
@@ -130,7 +139,7 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
             tid: 0,
             pid: 0,
             comm: String::new(),
-            caller: "[owner unknown]".into(),
+            caller: placeholders::OWNER_UNKNOWN.into(),
             stack: Vec::new(),
             waits: rest_waits,
             wait_caused_ns: rest_ns,
@@ -142,7 +151,12 @@ fn owners<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<
 }
 
 /// One lock's profile: callers symbolized and merged by stack, named.
-fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Resolver<S>) -> LockProfile {
+fn lock_profile<S: StackSource>(
+    key: &LockKey,
+    agg: &LockAgg,
+    resolver: &mut Resolver<S>,
+    task_name: TaskNames,
+) -> LockProfile {
     // Callers with the same symbolized stack are merged.
     let mut by_stack: BTreeMap<Frames, CallerProfile> = BTreeMap::new();
     let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
@@ -171,7 +185,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
     let rt = matches!(key.lock_type, LockType::RtMutex | LockType::RwlockRt);
     let rt_base = callers.iter().filter(|_| rt).find_map(|c| rt_base(&c.stack)).map(str::to_string);
     let class = if key.addr == 0 {
-        "[other locks: key limit reached]".to_string()
+        placeholders::OTHER_LOCKS.to_string()
     } else {
         lock_class(key.addr, key.lock_type, &caller_fns, None)
     };
@@ -185,7 +199,7 @@ fn lock_profile<S: StackSource>(key: &LockKey, agg: &LockAgg, resolver: &mut Res
         slab: None,
         field: None,
         addresses: None,
-        owners: owners(key, agg, resolver),
+        owners: owners(key, agg, resolver, task_name),
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
@@ -221,10 +235,11 @@ fn name_by_address(locks: &mut [LockProfile], ks: &Kallsyms, idents: &mut dyn Id
         let ident = idents.identity(addr);
         let (ty, rt) = (locks[main].lock_type, locks[main].rt_base.clone());
         let n = name_lock(addr, ty, rt.as_deref(), &fns, ks, ident.as_ref());
+        // One address, one name: the class too comes from every row's
+        // callers (a rwlock's readers and writers call from different places).
         for &r in &rows {
             let l = &mut locks[r];
-            let row_fns: Vec<(String, u64)> = caller_fns(l).map(|(f, n)| (f.to_string(), n)).collect();
-            l.class = lock_class(addr, l.lock_type, &row_fns, ident.as_ref());
+            l.class.clone_from(&n.class);
             l.name.clone_from(&n.name);
             l.name_source = n.source;
             l.slab.clone_from(&n.slab);
@@ -240,13 +255,21 @@ pub struct ProfileBuilder<S> {
     locks: FxHashMap<LockKey, (Arc<LockAgg>, LockProfile)>,
     /// What the kernel confirmed about lock addresses.
     idents: Box<dyn Identities>,
+    /// Names of owner threads the kernel gave no comm for.
+    task_names: TaskNames,
 }
 
 impl<S: StackSource> ProfileBuilder<S> {
     /// A builder over a resolver (whose stack cache it keeps), without
     /// kernel identities.
     pub fn new(resolver: Resolver<S>) -> Self {
-        ProfileBuilder { resolver, locks: FxHashMap::default(), idents: Box::new(NoIdentities) }
+        ProfileBuilder { resolver, locks: FxHashMap::default(), idents: Box::new(NoIdentities), task_names: |_| None }
+    }
+
+    /// Names owner threads the kernel gave no comm for with `names`.
+    pub fn with_task_names(mut self, names: TaskNames) -> Self {
+        self.task_names = names;
+        self
     }
 
     /// Names locks with what the kernel confirmed, too.
@@ -273,7 +296,7 @@ impl<S: StackSource> ProfileBuilder<S> {
             match self.locks.get(key) {
                 Some((seen, built)) if Arc::ptr_eq(seen, agg) => locks.push(built.clone()),
                 _ => {
-                    let built = lock_profile(key, agg, &mut self.resolver);
+                    let built = lock_profile(key, agg, &mut self.resolver, self.task_names);
                     self.locks.insert(*key, (agg.clone(), built.clone()));
                     locks.push(built);
                 }
@@ -287,7 +310,12 @@ impl<S: StackSource> ProfileBuilder<S> {
         let mut tasks: Vec<TaskProfile> = snap
             .tasks
             .iter()
-            .map(|(tid, t)| TaskProfile { tid: *tid, tgid: t.tgid, comm: comm_str(&t.comm), wait: t.wait.clone() })
+            .map(|(tid, t)| TaskProfile {
+                tid: *tid,
+                tgid: t.tgid,
+                comm: if *tid == OVERFLOW_TID { placeholders::OTHER_TASKS.into() } else { comm_str(&t.comm) },
+                wait: t.wait.clone(),
+            })
             .collect();
         tasks.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.tid.cmp(&b.tid)));
         debug_assert!(tasks.iter().filter(|t| t.tid == OVERFLOW_TID).count() <= 1);
@@ -299,7 +327,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                 let key = LockKey::of(ev);
                 let lock = locks
                     .iter()
-                    .find(|l| l.addr == key.addr && l.lock_type == key.lock_type && l.mode == key.mode)
+                    .find(|l| l.key() == key)
                     .map(|l| l.display_name().to_string())
                     .unwrap_or_else(|| format!("{:#x}", key.addr));
                 let rs = self.resolver.stack(ev.stack_id);
@@ -344,15 +372,6 @@ pub fn to_profile<S: StackSource>(snap: &Snapshot, resolver: Resolver<S>, meta: 
 pub fn comm_str(comm: &[u8; 16]) -> String {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
-/// Sum of a set of statistics (used by views that merge rows).
-pub fn merged<'a>(sigfig: u8, it: impl IntoIterator<Item = &'a Stats>) -> Stats {
-    let mut s = Stats::new(sigfig);
-    for x in it {
-        s.merge(x);
-    }
-    s
 }
 
 #[cfg(test)]
@@ -403,10 +422,14 @@ ffffffff822702f1 T __lock_text_end
         }
         let p = to_profile(&agg.snapshot(), Resolver::new(Arc::new(ks), stacks), Meta::default());
         let l = &p.locks[0];
-        let (waits, ns) = l.owners.iter().fold((0, 0), |(w, n), o| (w + o.waits, n + o.wait_caused_ns));
-        assert_eq!((waits, ns), (l.wait.count(), l.wait.total_ns()), "owners plus unknown are the lock's waits");
+        // The unknown row is the rest by construction: what can be wrong is
+        // the known part, so check that against the input.
+        let known = l.owners.iter().filter(|o| o.kind != OwnerKind::Unknown);
+        let (waits, ns) = known.fold((0, 0), |(w, n), o| (w + o.waits, n + o.wait_caused_ns));
+        assert!(waits <= l.wait.count() && ns <= l.wait.total_ns(), "known owners within the lock's waits");
+        assert_eq!((waits, ns), (4, 15_000), "four waits had an owner (tasks 50, 51, readers)");
         assert_eq!(l.owners[0].kind, OwnerKind::Unknown);
-        assert_eq!(l.owners[0].wait_caused_ns, 16_000);
+        assert_eq!((l.owners[0].waits, l.owners[0].wait_caused_ns), (1, 16_000), "the ownerless wait");
         assert_eq!(l.owners[1].kind, OwnerKind::Readers);
         let w = l.owners.iter().find(|o| o.tid == 50).expect("owner 50");
         assert_eq!((w.waits, w.wait_caused_ns, w.wait_caused_max_ns), (2, 3_000, 2_000), "stacks 1 and 2 merge");
@@ -436,6 +459,37 @@ ffffffff822702f1 T __lock_text_end
         assert_eq!(folded, [1, 2, 3, 7]);
         assert_eq!([b.lock_rows_aged, b.task_rows_aged, b.caller_rows_aged], [4, 5, 6]);
         assert_eq!(p.meta.drops.losses.ringbuf_full, 9, "the session's counters are kept");
+    }
+
+    #[test]
+    fn rows_of_one_address_get_one_name_and_class() {
+        // A fork + ptrace storm: tasklist_lock's readers wait in __do_wait,
+        // its writers in do_exit; both rows must read the same.
+        const TL_KS: &str = "\
+ffffffff81300000 T do_exit
+ffffffff81310000 T __do_wait
+ffffffff8226e870 T __lock_text_start
+ffffffff8226fb60 T queued_write_lock_slowpath
+ffffffff8226fc00 T queued_read_lock_slowpath
+ffffffff822702f1 T __lock_text_end
+";
+        let ks = Kallsyms::parse(TL_KS.as_bytes()).expect("parse");
+        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+            (1, vec![0xffffffff8226fb70, 0xffffffff81300040]),
+            (2, vec![0xffffffff8226fc10, 0xffffffff81310040]),
+        ]);
+        let addr = 0xffffffff83008080;
+        let mut agg = Aggregator::new(Limits::default());
+        for tid in 0..3 {
+            agg.ingest(&ev(addr, lcb::SPIN | lcb::WRITE, 1_000, 100 + tid, 1));
+        }
+        agg.ingest(&ev(addr, lcb::SPIN | lcb::READ, 9_000, 200, 2));
+        let p = to_profile(&agg.snapshot(), Resolver::new(Arc::new(ks), stacks), Meta::default());
+        assert_eq!(p.locks.len(), 2, "a read row and a write row");
+        let named = |l: &LockProfile| (l.name.clone(), l.name_source, l.class.clone());
+        assert_eq!(named(&p.locks[0]), named(&p.locks[1]), "one address, one name");
+        assert_eq!(p.locks[0].class, "rwlock @ do_exit", "the class of all of the address's contentions");
+        assert_eq!(p.locks[0].display_name(), p.locks[1].display_name());
     }
 
     #[test]
@@ -520,6 +574,19 @@ ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
         let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<u32, Vec<u64>>::new());
         let p = to_profile(&Aggregator::new(Limits::default()).snapshot(), r, Meta::default());
         assert!(p.yield_to.is_none());
+    }
+
+    #[test]
+    fn overflow_rows_are_named_here_not_in_the_aggregator() {
+        let mut agg = Aggregator::new(Limits { max_tasks: 1, ..Limits::default() });
+        agg.ingest(&ev(0x1000, lcb::MUTEX, 10, 1, 1));
+        agg.ingest(&ev(0x1000, lcb::MUTEX, 10, 2, 1));
+        let snap = agg.snapshot();
+        assert_eq!(snap.tasks[&OVERFLOW_TID].comm, [0; 16], "the aggregator keeps no display text");
+        let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<u32, Vec<u64>>::new());
+        let p = to_profile(&snap, r, Meta::default());
+        let other = p.tasks.iter().find(|t| t.tid == OVERFLOW_TID).expect("overflow row");
+        assert_eq!(other.comm, placeholders::OTHER_TASKS);
     }
 
     #[test]

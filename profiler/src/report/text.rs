@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::{By, ReportOptions, fmt_ns};
 use crate::model::{
     Counter, CounterKind, Counters, LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile, YieldStats,
-    type_label,
+    placeholders, type_label,
 };
 
 /// The non-zero counters by name, then which of them lost data (the
@@ -136,7 +136,7 @@ fn yields(p: &Profile, y: &YieldProfile, opts: &ReportOptions, rows: Option<usiz
         let shown = rows.unwrap_or(pairs.len()).min(pairs.len());
         for pr in &pairs[..shown] {
             let target = if pr.target_tid == 0 {
-                "[unknown target]".to_string()
+                placeholders::UNKNOWN_TARGET.to_string()
             } else {
                 format!("{}/{} {}", pr.target_tid, pr.target_pid, pr.target_comm)
             };

@@ -20,118 +20,21 @@ use prometheus::{
     proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType},
 };
 
-use crate::model::{self, LockProfile, Meta, NameSource, Profile, Stats, mode_name, type_name};
+use crate::{
+    model::{self, LockKey, LockProfile, Meta, NameSource, Profile, mode_name, type_name},
+    pipeline::delta::{Deltas, LockDelta},
+};
 
 /// Label of the series that holds every lock without one of its own.
 pub const OTHER: &str = "[other]";
 
-/// Histogram bucket bounds: powers of two nanoseconds, 1.024 us to 17.2 s
-/// (a bucket counts the waits shorter than its bound; the statistics'
-/// buckets never straddle a power of two, so these counts are exact).
-pub const BUCKET_LOG2_NS: [u32; 13] = [10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34];
+pub use crate::pipeline::delta::{BUCKET_LOG2_NS, Hist, Totals};
 
 /// How much of a lock's recent-wait score survives each profile (about a
 /// 30-profile half-life: a lock idle for a minute is overtaken quickly).
 const DECAY: f64 = 0.977;
 /// An incumbent keeps its series unless a newcomer's score beats it by this factor.
 const HYSTERESIS: f64 = 1.25;
-
-/// Identity of a lock row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockId {
-    /// Kernel address.
-    pub addr: u64,
-    /// Type.
-    pub lock_type: LockType,
-    /// Reader/writer side.
-    pub mode: LockMode,
-}
-
-impl LockId {
-    /// The id of a lock profile.
-    pub fn of(l: &LockProfile) -> LockId {
-        LockId { addr: l.addr, lock_type: l.lock_type, mode: l.mode }
-    }
-}
-
-/// Count, sum and fixed-bucket counts of one statistic.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Hist {
-    /// Observations.
-    pub count: u64,
-    /// Their sum, ns.
-    pub sum_ns: u64,
-    /// Observations below each bound of [`BUCKET_LOG2_NS`] (cumulative).
-    pub below: [u64; BUCKET_LOG2_NS.len()],
-}
-
-impl Hist {
-    /// The cumulative figures of `s`.
-    pub fn of(s: &Stats) -> Hist {
-        let mut below = [0; BUCKET_LOG2_NS.len()];
-        for (b, k) in below.iter_mut().zip(BUCKET_LOG2_NS) {
-            *b = s.count_at_or_below((1u64 << k) - 1);
-        }
-        Hist { count: s.count(), sum_ns: s.total_ns(), below }
-    }
-
-    /// Growth from `last` to `self`; all of `self` when it shrank (the row was
-    /// dropped and created again).
-    fn since(&self, last: &Hist) -> Hist {
-        if self.count < last.count || self.sum_ns < last.sum_ns {
-            return *self;
-        }
-        let mut below = [0; BUCKET_LOG2_NS.len()];
-        for (i, b) in below.iter_mut().enumerate() {
-            *b = self.below[i].saturating_sub(last.below[i]);
-        }
-        Hist { count: self.count - last.count, sum_ns: self.sum_ns - last.sum_ns, below }
-    }
-
-    fn add(&mut self, d: &Hist) {
-        self.count += d.count;
-        self.sum_ns = self.sum_ns.saturating_add(d.sum_ns);
-        for (b, x) in self.below.iter_mut().zip(d.below) {
-            *b += x;
-        }
-    }
-}
-
-/// A lock's waits and holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
-    /// Waits.
-    pub wait: Hist,
-    /// Holds of contended acquisitions.
-    pub hold: Hist,
-}
-
-impl Totals {
-    /// The cumulative figures of a lock.
-    pub fn of(l: &LockProfile) -> Totals {
-        Totals { wait: Hist::of(&l.wait), hold: l.hold.as_ref().map(Hist::of).unwrap_or_default() }
-    }
-
-    fn since(&self, last: &Totals) -> Totals {
-        Totals { wait: self.wait.since(&last.wait), hold: self.hold.since(&last.hold) }
-    }
-
-    fn add(&mut self, d: &Totals) {
-        self.wait.add(&d.wait);
-        self.hold.add(&d.hold);
-    }
-
-    fn is_zero(&self) -> bool {
-        self.wait.count == 0 && self.hold.count == 0
-    }
-}
-
-/// What a lock looked like at the last profile.
-#[derive(Clone, Debug, Default)]
-struct Seen {
-    totals: Totals,
-    score: f64,
-}
 
 /// One lock's series: labels fixed when it started, counters since.
 #[derive(Clone, Debug)]
@@ -148,8 +51,11 @@ struct Series {
 #[derive(Debug)]
 pub struct Exporter {
     max_series: usize,
-    seen: HashMap<LockId, Seen>,
-    series: HashMap<LockId, Series>,
+    /// What each profile added per lock.
+    deltas: Deltas,
+    /// Each lock's recent wait (decayed), the series' ranking.
+    scores: HashMap<LockKey, f64>,
+    series: HashMap<LockKey, Series>,
     other: BTreeMap<(LockType, LockMode), Totals>,
     meta: Meta,
     yields: Option<crate::model::YieldStats>,
@@ -173,7 +79,8 @@ impl Exporter {
     pub fn new(max_series: usize) -> Exporter {
         Exporter {
             max_series,
-            seen: HashMap::new(),
+            deltas: Deltas::new(),
+            scores: HashMap::new(),
             series: HashMap::new(),
             other: BTreeMap::new(),
             meta: Meta::default(),
@@ -200,25 +107,20 @@ impl Exporter {
 
     /// Folds a new profile in.
     pub fn update(&mut self, p: &Profile) {
-        let mut deltas: Vec<(LockId, Totals, &LockProfile)> = Vec::with_capacity(p.locks.len());
-        let mut seen = HashMap::with_capacity(p.locks.len());
-        for l in &p.locks {
-            let id = LockId::of(l);
-            let now = Totals::of(l);
-            let before = self.seen.remove(&id).unwrap_or_default();
-            let d = now.since(&before.totals);
-            let score = before.score * DECAY + d.wait.sum_ns as f64;
-            seen.insert(id, Seen { totals: now, score });
-            deltas.push((id, d, l));
+        let deltas = self.deltas.next(p);
+        let mut scores = HashMap::with_capacity(deltas.len());
+        for d in &deltas {
+            let before = self.scores.get(&d.key).copied().unwrap_or(0.0);
+            scores.insert(d.key, before * DECAY + d.totals.wait.sum_ns as f64);
         }
         // Locks no longer in the profile (aged out) lose their series.
-        self.series.retain(|id, _| seen.contains_key(id));
-        self.seen = seen;
-        self.select(&deltas);
-        for (id, d, _) in deltas.iter().filter(|(_, d, _)| !d.is_zero()) {
-            match self.series.get_mut(id) {
-                Some(s) => s.counters.add(d),
-                None => self.other.entry((id.lock_type, id.mode)).or_default().add(d),
+        self.series.retain(|id, _| scores.contains_key(id));
+        self.scores = scores;
+        self.select(p, &deltas);
+        for d in deltas.iter().filter(|d| !d.totals.is_zero()) {
+            match self.series.get_mut(&d.key) {
+                Some(s) => s.counters.add(&d.totals),
+                None => self.other.entry((d.key.lock_type, d.key.mode)).or_default().add(&d.totals),
             }
         }
         self.meta = p.meta.clone();
@@ -229,21 +131,21 @@ impl Exporter {
     }
 
     /// Gives the top locks by score series, keeping incumbents unless clearly beaten.
-    fn select(&mut self, locks: &[(LockId, Totals, &LockProfile)]) {
-        let score = |id: &LockId| {
-            let s = self.seen.get(id).map_or(0.0, |s| s.score);
+    fn select(&mut self, p: &Profile, locks: &[LockDelta]) {
+        let score = |id: &LockKey| {
+            let s = self.scores.get(id).copied().unwrap_or(0.0);
             if self.series.contains_key(id) { s * HYSTERESIS } else { s }
         };
-        let mut ranked: Vec<(f64, LockId, &LockProfile)> =
-            locks.iter().filter(|(id, ..)| id.addr != 0).map(|(id, _, l)| (score(id), *id, *l)).collect();
+        let mut ranked: Vec<(f64, LockKey, &LockProfile)> =
+            locks.iter().filter(|d| d.key.addr != 0).map(|d| (score(&d.key), d.key, &p.locks[d.index])).collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let top: Vec<(LockId, &LockProfile)> = ranked
+        let top: Vec<(LockKey, &LockProfile)> = ranked
             .into_iter()
             .filter(|(s, id, _)| *s > 0.0 || self.series.contains_key(id))
             .take(self.max_series)
             .map(|(_, id, l)| (id, l))
             .collect();
-        let keep: std::collections::HashSet<LockId> = top.iter().map(|(id, _)| *id).collect();
+        let keep: std::collections::HashSet<LockKey> = top.iter().map(|(id, _)| *id).collect();
         self.series.retain(|id, _| keep.contains(id));
         for (id, l) in top {
             self.series.entry(id).or_insert_with(|| Series {
@@ -286,7 +188,7 @@ impl Exporter {
             ),
         ];
         let mut rows: Vec<(Vec<(&str, String)>, &Totals)> = Vec::new();
-        let mut ids: Vec<&LockId> = self.series.keys().collect();
+        let mut ids: Vec<&LockKey> = self.series.keys().collect();
         ids.sort();
         for id in ids {
             let s = &self.series[id];

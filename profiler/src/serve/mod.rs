@@ -25,10 +25,7 @@ pub use self::{
     privileges::{Kept, PrivilegeError, drop_after_attach},
     window::Window,
 };
-use crate::{
-    export::SampleTypes,
-    model::{Counter, CounterKind, Profile},
-};
+use crate::model::{Counter, CounterKind, Profile};
 
 /// Defaults of the serve options (the CLI shows and uses these).
 pub mod defaults {
@@ -66,98 +63,14 @@ pub enum ServeError {
     Io(SocketAddr, std::io::Error),
 }
 
-/// Growth (or totals) of one (lock, stack): waits and holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Values {
-    /// Contentions.
-    pub count: u64,
-    /// Their wait, ns.
-    pub wait_ns: u64,
-    /// Holds seen.
-    pub hold_count: u64,
-    /// Their hold time, ns.
-    pub hold_ns: u64,
-    /// Waits this row's owner caused (owner rows only).
-    pub blame_count: u64,
-    /// Their wait, ns.
-    pub blame_ns: u64,
-}
+/// Growth (or totals) of one (lock, stack) row, from the pipeline's deltas.
+pub use crate::pipeline::delta::Values;
 
-impl Values {
-    /// Growth from `last`; all of `self` when it shrank (a row created again).
-    pub fn since(&self, last: &Values) -> Values {
-        if self.count < last.count || self.hold_count < last.hold_count || self.blame_count < last.blame_count {
-            return *self;
-        }
-        Values {
-            count: self.count - last.count,
-            wait_ns: self.wait_ns.saturating_sub(last.wait_ns),
-            hold_count: self.hold_count - last.hold_count,
-            hold_ns: self.hold_ns.saturating_sub(last.hold_ns),
-            blame_count: self.blame_count - last.blame_count,
-            blame_ns: self.blame_ns.saturating_sub(last.blame_ns),
-        }
-    }
-
-    /// Adds `d`.
-    pub fn add(&mut self, d: &Values) {
-        self.count += d.count;
-        self.wait_ns = self.wait_ns.saturating_add(d.wait_ns);
-        self.hold_count += d.hold_count;
-        self.hold_ns = self.hold_ns.saturating_add(d.hold_ns);
-        self.blame_count += d.blame_count;
-        self.blame_ns = self.blame_ns.saturating_add(d.blame_ns);
-    }
-
-    /// Nothing in it.
-    pub fn is_zero(&self) -> bool {
-        self.count == 0 && self.hold_count == 0 && self.blame_count == 0
-    }
-}
-
-/// What a pprof profile's samples measure (`?metric=`). A new metric is one
-/// variant here and one arm in each match below.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProfileMetric {
-    /// Contentions and wait time (Go's mutex profile).
-    Wait,
-    /// Holds of contended acquisitions and hold time.
-    Hold,
-    /// Contentions only.
-    Count,
-    /// The waits each owner caused, by the owner's acquire stack (rooted at
-    /// `[held by <comm>]`; Go's mutex profile charges the unlocker likewise).
-    Blame,
-}
+/// What a pprof profile's samples measure (`?metric=`): the export metric.
+pub use crate::export::Metric as ProfileMetric;
 
 impl ProfileMetric {
-    /// Parses `?metric=`; the error is one line for a 400.
-    pub fn parse(s: &str) -> Result<ProfileMetric, String> {
-        match s {
-            "wait" => Ok(ProfileMetric::Wait),
-            "hold" => Ok(ProfileMetric::Hold),
-            "count" => Ok(ProfileMetric::Count),
-            "blame" => Ok(ProfileMetric::Blame),
-            other => Err(format!("metric must be wait, hold, count or blame, not {other:?}")),
-        }
-    }
-
-    /// The sample types of its profiles.
-    pub fn sample_types(self) -> SampleTypes {
-        match self {
-            ProfileMetric::Wait => SampleTypes::mutex(),
-            ProfileMetric::Hold => {
-                SampleTypes { types: vec![("holds", "count"), ("hold", "nanoseconds")], default: "hold" }
-            }
-            ProfileMetric::Count => SampleTypes { types: vec![("contentions", "count")], default: "contentions" },
-            ProfileMetric::Blame => SampleTypes {
-                types: vec![("waits_caused", "count"), ("wait_caused", "nanoseconds")],
-                default: "wait_caused",
-            },
-        }
-    }
-
-    /// A sample's values.
+    /// A sample's values, one per sample type.
     pub fn values(self, v: &Values) -> Vec<i64> {
         let i = |x: u64| x.min(i64::MAX as u64) as i64;
         match self {
@@ -165,17 +78,8 @@ impl ProfileMetric {
             ProfileMetric::Hold => vec![i(v.hold_count), i(v.hold_ns)],
             ProfileMetric::Count => vec![i(v.count)],
             ProfileMetric::Blame => vec![i(v.blame_count), i(v.blame_ns)],
-        }
-    }
-
-    /// Why this metric cannot be served for `p`, if it cannot.
-    pub fn unavailable(self, p: &Profile) -> Option<String> {
-        match self {
-            ProfileMetric::Hold if p.meta.hold_backend.is_none() => Some(format!(
-                "hold times are not measured here ({})",
-                p.meta.hold_unavailable.as_deref().unwrap_or("no release probes")
-            )),
-            _ => None,
+            // Never served (`unavailable`): the window keeps no yield_to rows.
+            ProfileMetric::Yield => vec![0, 0],
         }
     }
 }

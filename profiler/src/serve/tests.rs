@@ -56,17 +56,19 @@ fn metrics_parse_and_give_one_value_per_sample_type() {
     assert_eq!(ProfileMetric::parse("count"), Ok(ProfileMetric::Count));
     assert_eq!(ProfileMetric::parse("blame"), Ok(ProfileMetric::Blame));
     assert!(ProfileMetric::parse("Wait").is_err_and(|e| e.contains("wait, hold, count or blame")));
+    assert!(ProfileMetric::parse("yield").is_err(), "yield_to latency is not served");
     let v = Values { count: 3, wait_ns: 30, hold_count: 1, hold_ns: 7, blame_count: 2, blame_ns: 20 };
     assert_eq!(ProfileMetric::Wait.values(&v), [3, 30]);
     assert_eq!(ProfileMetric::Hold.values(&v), [1, 7]);
     assert_eq!(ProfileMetric::Count.values(&v), [3]);
     assert_eq!(ProfileMetric::Blame.values(&v), [2, 20]);
-    for m in [ProfileMetric::Wait, ProfileMetric::Hold, ProfileMetric::Count, ProfileMetric::Blame] {
+    for m in ProfileMetric::ALL {
         assert_eq!(m.sample_types().types.len(), m.values(&v).len());
     }
     let p = profile(&[]);
     assert!(ProfileMetric::Hold.unavailable(&p).is_some_and(|w| w.starts_with("hold times are not measured")));
     assert_eq!(ProfileMetric::Wait.unavailable(&p), None);
+    assert!(ProfileMetric::Yield.unavailable(&p).is_some());
 }
 
 #[test]

@@ -9,14 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    Values,
-    metrics::{LockId, Totals},
-};
-use crate::model::{LockProfile, OwnerKind, OwnerProfile, Profile};
-
-/// Frames shown for rows folded because the window was full.
-const FULL: &str = "[window full: rows folded]";
+use super::Values;
+use crate::model::{CallerProfile, LockKey, LockProfile, OwnerProfile, Profile, placeholders};
+use crate::pipeline::delta::Deltas;
 
 /// What the window knows of a lock: its labels.
 #[derive(Debug)]
@@ -27,6 +22,8 @@ pub struct LockInfo {
     pub type_label: String,
     /// Address.
     pub addr: u64,
+    /// The lock row.
+    pub key: LockKey,
 }
 
 /// One (lock, stack) row of one profile's growth.
@@ -46,14 +43,6 @@ struct Slot {
     entries: Vec<Entry>,
 }
 
-/// A lock's last cumulative figures, per caller stack.
-#[derive(Debug)]
-struct LastLock {
-    info: Arc<LockInfo>,
-    totals: Totals,
-    callers: HashMap<Arc<[String]>, Values>,
-}
-
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Window {
@@ -61,57 +50,49 @@ pub struct Window {
     max_entries: usize,
     entries: usize,
     slots: VecDeque<Slot>,
-    last: HashMap<LockId, LastLock>,
+    /// What each profile added, per (lock, frames).
+    deltas: Deltas,
+    /// The labels of each lock of the last profile, fixed when it appeared.
+    infos: HashMap<LockKey, Arc<LockInfo>>,
     folded: u64,
 }
 
-/// A caller's cumulative figures.
-pub fn caller_values(c: &crate::model::CallerProfile) -> Values {
-    Values {
-        count: c.wait.count(),
-        wait_ns: c.wait.total_ns(),
-        hold_count: c.hold.as_ref().map_or(0, |h| h.count()),
-        hold_ns: c.hold.as_ref().map_or(0, |h| h.total_ns()),
-        ..Values::default()
-    }
+/// A caller's cumulative figures ([`Values::of_caller`]).
+pub fn caller_values(c: &CallerProfile) -> Values {
+    Values::of_caller(c)
 }
 
-/// An owner row's figures: the waits it caused.
+/// An owner row's figures ([`Values::of_owner`]).
 pub fn owner_values(o: &OwnerProfile) -> Values {
-    Values { blame_count: o.waits, blame_ns: o.wait_caused_ns, ..Values::default() }
+    Values::of_owner(o)
 }
 
-/// The frames an owner row is keyed and drawn by: its acquire stack (or what
-/// is known of it) under a root frame naming it, so they never merge with a
-/// waiter's stack.
+/// The frames an owner row is keyed and drawn by ([`OwnerProfile::frames`]).
 pub fn owner_frames(o: &OwnerProfile) -> Arc<[String]> {
-    let root = match o.kind {
-        OwnerKind::Task => format!("[held by {}]", if o.comm.is_empty() { "?" } else { &o.comm }),
-        OwnerKind::Readers => "[held by readers]".to_string(),
-        OwnerKind::Unknown => "[owner unknown]".to_string(),
-    };
-    let mut frames = match o.kind {
-        OwnerKind::Task if o.stack.is_empty() => vec![o.caller.clone()],
-        OwnerKind::Task => o.stack.clone(),
-        _ => Vec::new(),
-    };
-    frames.push(root);
-    frames.into()
+    o.frames().into()
 }
 
-/// The frames a caller is keyed and drawn by.
-pub fn caller_frames(c: &crate::model::CallerProfile) -> &[String] {
-    if c.stack.is_empty() { std::slice::from_ref(&c.caller) } else { &c.stack }
+/// The frames a caller is keyed and drawn by ([`CallerProfile::frames`]).
+pub fn caller_frames(c: &CallerProfile) -> &[String] {
+    c.frames()
 }
 
 fn lock_info(l: &LockProfile) -> Arc<LockInfo> {
-    Arc::new(LockInfo { name: l.display_name().to_string(), type_label: l.type_label(), addr: l.addr })
+    Arc::new(LockInfo { name: l.display_name().to_string(), type_label: l.type_label(), addr: l.addr, key: l.key() })
 }
 
 impl Window {
     /// A window of `length` holding at most `max_entries` rows.
     pub fn new(length: Duration, max_entries: usize) -> Window {
-        Window { length, max_entries, entries: 0, slots: VecDeque::new(), last: HashMap::new(), folded: 0 }
+        Window {
+            length,
+            max_entries,
+            entries: 0,
+            slots: VecDeque::new(),
+            deltas: Deltas::with_rows(),
+            infos: HashMap::new(),
+            folded: 0,
+        }
     }
 
     /// Its length.
@@ -137,61 +118,28 @@ impl Window {
             }
         }
         let mut entries = Vec::new();
-        let mut full: HashMap<LockId, Values> = HashMap::new();
-        let mut last = HashMap::with_capacity(p.locks.len());
-        for l in &p.locks {
-            let id = LockId::of(l);
-            let totals = Totals::of(l);
-            let (info, mut before) = match self.last.remove(&id) {
-                // Unchanged lock: nothing to add, its callers neither.
-                Some(prev) if prev.totals == totals => {
-                    last.insert(id, prev);
-                    continue;
-                }
-                Some(prev) if prev.totals.wait.count <= totals.wait.count => (prev.info, prev.callers),
-                _ => (lock_info(l), HashMap::new()),
+        let mut infos = HashMap::with_capacity(p.locks.len());
+        for d in self.deltas.next(p) {
+            let info = match self.infos.remove(&d.key) {
+                Some(info) if !d.new => info,
+                _ => lock_info(&p.locks[d.index]),
             };
-            let mut callers = HashMap::with_capacity(l.callers.len() + l.owners.len());
-            let mut keep = |key: Arc<[String]>, now_v: Values, d: Values| {
-                if !d.is_zero() {
-                    if self.entries + entries.len() < self.max_entries {
-                        entries.push(Entry { lock: info.clone(), stack: key.clone(), values: d });
-                    } else {
-                        self.folded += 1;
-                        full.entry(id).or_default().add(&d);
-                    }
+            let mut full = Values::default();
+            for (stack, values) in d.rows {
+                if self.entries + entries.len() < self.max_entries {
+                    entries.push(Entry { lock: info.clone(), stack, values });
+                } else {
+                    self.folded += 1;
+                    full.add(&values);
                 }
-                callers.insert(key, now_v);
-            };
-            for c in l.callers.iter() {
-                let frames = caller_frames(c);
-                let now_v = caller_values(c);
-                let (key, d) = match before.remove_entry(frames) {
-                    Some((k, was)) => (k, now_v.since(&was)),
-                    // Shares the profile's frames (and so the symbol cache's).
-                    None if !c.stack.is_empty() => (c.stack.clone(), now_v),
-                    None => (Arc::from(frames), now_v),
-                };
-                keep(key, now_v, d);
             }
-            // Owners of one comm and acquire stack share their frames: one row.
-            let mut owners: HashMap<Arc<[String]>, Values> = HashMap::new();
-            for o in &l.owners {
-                owners.entry(owner_frames(o)).or_default().add(&owner_values(o));
+            if !full.is_zero() {
+                let stack = Arc::from([placeholders::WINDOW_FULL.to_string()]);
+                entries.push(Entry { lock: info.clone(), stack, values: full });
             }
-            for (frames, now_v) in owners {
-                let (key, d) = match before.remove_entry(&frames[..]) {
-                    Some((k, was)) => (k, now_v.since(&was)),
-                    None => (frames, now_v),
-                };
-                keep(key, now_v, d);
-            }
-            if let Some(v) = full.remove(&id) {
-                entries.push(Entry { lock: info.clone(), stack: Arc::from([FULL.to_string()]), values: v });
-            }
-            last.insert(id, LastLock { info, totals, callers });
+            infos.insert(d.key, info);
         }
-        self.last = last;
+        self.infos = infos;
         self.entries += entries.len();
         if !entries.is_empty() {
             self.slots.push_back(Slot { at: now, entries });
@@ -200,11 +148,11 @@ impl Window {
 
     /// The rows added within `seconds` before `now`, merged by (lock, stack).
     pub fn last(&self, seconds: Duration, now: Instant) -> Vec<Entry> {
-        let mut merged: HashMap<(u64, String, Arc<[String]>), Entry> = HashMap::new();
+        let mut merged: HashMap<(LockKey, Arc<[String]>), Entry> = HashMap::new();
         for s in self.slots.iter().filter(|s| now.saturating_duration_since(s.at) < seconds) {
             for e in &s.entries {
                 merged
-                    .entry((e.lock.addr, e.lock.type_label.clone(), e.stack.clone()))
+                    .entry((e.lock.key, e.stack.clone()))
                     .and_modify(|m| m.values.add(&e.values))
                     .or_insert_with(|| e.clone());
             }

@@ -106,6 +106,11 @@ fn read_trimmed(path: &str) -> String {
     std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// A live thread's name, from `/proc/<tid>/comm` (None once it exited).
+fn task_comm(tid: u32) -> Option<String> {
+    Some(read_trimmed(&format!("/proc/{tid}/comm"))).filter(|c| !c.is_empty())
+}
+
 async fn flush_logs(logger: aya_log::EbpfLogger<&'static dyn log::Log>, stop: CancellationToken) {
     // SAFETY: the logger owns its ring buffer fd for its whole lifetime.
     let Ok(mut afd) =
@@ -169,7 +174,8 @@ impl Session {
         });
         let ring = probes.take_events()?;
         let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
-            .with_identities(Box::new(probes.take_identities()?));
+            .with_identities(Box::new(probes.take_identities()?))
+            .with_task_names(task_comm);
         let hk = Housekeeping {
             aggs: if opts.mode() == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
             pending: probes.take_pending()?,
@@ -322,7 +328,7 @@ impl Session {
         });
         for p in &open {
             let mut comm = [0u8; 16];
-            let name = read_trimmed(&format!("/proc/{}/comm", p.tid));
+            let name = task_comm(p.tid).unwrap_or_default();
             let n = name.len().min(15);
             comm[..n].copy_from_slice(&name.as_bytes()[..n]);
             agg.ingest(&ContentionEvent {

@@ -3,7 +3,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{Kallsyms, caller::is_trace_frame, select_caller};
-use crate::model::Frames;
+use crate::model::{Frames, placeholders};
 
 /// Where raw stacks come from: the kernel's stack map, or a fixture in tests.
 pub trait StackSource {
@@ -33,16 +33,6 @@ impl ResolvedStack {
     /// resolve alike are one caller), or the caller text when there are none.
     pub fn group_key(&self) -> Frames {
         if self.frames.is_empty() { Frames::from([self.caller.clone()]) } else { self.frames.clone() }
-    }
-}
-
-/// What a failed stack capture means, from `bpf_get_stackid`'s errno.
-fn stack_error(errno: i32) -> String {
-    match errno {
-        libc::EEXIST => "[stack not recorded: stack map hash collision (raise --stack-map-size)]".into(),
-        libc::ENOMEM | libc::E2BIG => "[stack not recorded: stack map full (raise --stack-map-size)]".into(),
-        libc::EFAULT => "[stack not recorded: the kernel could not walk it]".into(),
-        e => format!("[stack not recorded: bpf_get_stackid errno {e}]"),
     }
 }
 
@@ -94,16 +84,16 @@ impl<S: StackSource> Resolver<S> {
     fn resolve(&mut self, id: i32) -> ResolvedStack {
         let placeholder = |why: String| ResolvedStack { frames: Frames::from([]), caller: why.clone(), caller_fn: why };
         if id == OVERFLOW_STACK {
-            return placeholder("[other stacks: key limit reached]".into());
+            return placeholder(placeholders::OTHER_STACKS.into());
         }
         if id == profiler_common::STACK_SKIPPED {
-            return placeholder("[stack not captured: --stack-rate budget spent]".into());
+            return placeholder(placeholders::STACK_SKIPPED.into());
         }
         if id < 0 {
-            return placeholder(stack_error(-id));
+            return placeholder(placeholders::stack_not_recorded(-id));
         }
         let Some(ips) = self.source.frames(id as u32) else {
-            return placeholder("[stack not found in stack map]".into());
+            return placeholder(placeholders::STACK_NOT_FOUND.into());
         };
         let caller_idx = select_caller(&ips, &self.ks);
         // tp_btf stacks start with the BPF program (unnamed when
@@ -128,8 +118,8 @@ impl<S: StackSource> Resolver<S> {
             Some((caller, caller_fn)) => ResolvedStack { frames: frames.into(), caller, caller_fn },
             None => ResolvedStack {
                 frames: frames.into(),
-                caller: "[unknown caller]".into(),
-                caller_fn: "[unknown]".into(),
+                caller: placeholders::UNKNOWN_CALLER.into(),
+                caller_fn: placeholders::UNKNOWN_FN.into(),
             },
         }
     }

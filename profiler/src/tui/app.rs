@@ -9,12 +9,13 @@ use std::{
     sync::Arc,
 };
 
-use profiler_common::{LockMode, LockType};
+use profiler_common::LockType;
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 use super::keys::{Action, action_for};
 use crate::{
-    model::{CallerProfile, LockProfile, Profile, TaskProfile, YieldStats},
+    model::{CallerProfile, LockKey, LockProfile, Profile, TaskProfile, YieldStats},
+    pipeline::delta::Deltas,
     query::{Query, SortKey},
 };
 
@@ -120,12 +121,6 @@ pub const TYPE_FILTERS: [Option<LockType>; 6] = [
 /// Intervals of history kept per lock.
 pub const HISTORY: usize = 120;
 
-type Key = (u64, LockType, LockMode);
-
-fn key(l: &LockProfile) -> Key {
-    (l.addr, l.lock_type, l.mode)
-}
-
 /// The TUI's state.
 #[derive(Debug)]
 pub struct App {
@@ -156,13 +151,13 @@ pub struct App {
     /// Contentions per second over the last interval.
     pub rate: f64,
     /// Per-lock contentions/s over the last interval.
-    pub per_sec: HashMap<Key, f64>,
+    pub per_sec: HashMap<LockKey, f64>,
     /// Per-lock wait time per interval, oldest first.
-    pub history: HashMap<Key, VecDeque<u64>>,
+    pub history: HashMap<LockKey, VecDeque<u64>>,
     /// Seconds since start.
     pub elapsed_s: f64,
-    prev: HashMap<Key, (u64, u64)>,
-    prev_events: u64,
+    /// What each profile added per lock.
+    deltas: Deltas,
     prev_elapsed: f64,
 }
 
@@ -186,8 +181,7 @@ impl App {
             per_sec: HashMap::new(),
             history: HashMap::new(),
             elapsed_s: 0.0,
-            prev: HashMap::new(),
-            prev_events: 0,
+            deltas: Deltas::new(),
             prev_elapsed: 0.0,
         }
     }
@@ -205,33 +199,24 @@ impl App {
     /// A new profile arrived (ignored while paused, except the clock).
     pub fn on_profile(&mut self, p: Arc<Profile>, elapsed_s: f64) {
         self.elapsed_s = elapsed_s;
+        let deltas = self.deltas.next(&p);
         if self.paused {
-            // Frozen display, but keep the baselines current so the first
-            // rate after resuming covers one interval, not the whole pause.
-            for l in &p.locks {
-                self.prev.insert(key(l), (l.wait.count(), l.wait.total_ns()));
-            }
-            self.prev_events = p.contended();
+            // Frozen display, but the deltas are taken so the first rate
+            // after resuming covers one interval, not the whole pause.
             self.prev_elapsed = elapsed_s;
             return;
         }
         let dt = (elapsed_s - self.prev_elapsed).max(1e-3);
-        let events = p.contended();
-        self.rate = events.saturating_sub(self.prev_events) as f64 / dt;
+        self.rate = deltas.iter().map(|d| d.totals.wait.count).sum::<u64>() as f64 / dt;
         self.per_sec.clear();
-        for l in &p.locks {
-            let k = key(l);
-            let (c0, w0) = self.prev.get(&k).copied().unwrap_or((0, 0));
-            let (c, w) = (l.wait.count(), l.wait.total_ns());
-            self.per_sec.insert(k, c.saturating_sub(c0) as f64 / dt);
-            let h = self.history.entry(k).or_default();
-            h.push_back(w.saturating_sub(w0));
+        for d in &deltas {
+            self.per_sec.insert(d.key, d.totals.wait.count as f64 / dt);
+            let h = self.history.entry(d.key).or_default();
+            h.push_back(d.totals.wait.sum_ns);
             while h.len() > HISTORY {
                 h.pop_front();
             }
-            self.prev.insert(k, (c, w));
         }
-        self.prev_events = events;
         self.prev_elapsed = elapsed_s;
         self.profile = p;
         self.refresh_rows();
@@ -337,12 +322,12 @@ impl App {
 
     /// Wait-per-interval history of a lock.
     pub fn history_of(&self, l: &LockProfile) -> Vec<u64> {
-        self.history.get(&key(l)).map(|h| h.iter().copied().collect()).unwrap_or_default()
+        self.history.get(&l.key()).map(|h| h.iter().copied().collect()).unwrap_or_default()
     }
 
     /// Contentions/s of a lock over the last interval.
     pub fn rate_of(&self, l: &LockProfile) -> f64 {
-        self.per_sec.get(&key(l)).copied().unwrap_or(0.0)
+        self.per_sec.get(&l.key()).copied().unwrap_or(0.0)
     }
 
     fn clamp_selection(&mut self) {
@@ -355,9 +340,8 @@ impl App {
     /// Forget derived history (after a reset).
     pub fn clear_history(&mut self) {
         self.history.clear();
-        self.prev.clear();
+        self.deltas.clear();
         self.per_sec.clear();
-        self.prev_events = 0;
     }
 
     /// A key press.

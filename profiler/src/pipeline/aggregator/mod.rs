@@ -15,13 +15,13 @@ use rustc_hash::FxHashMap;
 
 pub use run::{Control, Handle, Msg, spawn};
 pub use tables::{
-    BlameAgg, BlameKey, KernelStatus, Limits, LockAgg, LockKey, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot,
-    TaskAgg, YieldAgg, YieldPairAgg, YieldPairKey, capped,
+    BlameAgg, BlameKey, KernelStatus, Limits, LockAgg, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot, TaskAgg,
+    YieldAgg, YieldPairAgg, YieldPairKey, capped,
 };
 
 use super::record::Record;
 use crate::{
-    model::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats, YieldStats},
+    model::{DETAIL_SIGFIG, LOCK_SIGFIG, LockKey, Stats, YieldStats},
     symbols::OVERFLOW_STACK,
 };
 
@@ -141,7 +141,7 @@ impl Aggregator {
             .entry(key)
             .or_insert_with(|| YieldPairAgg {
                 tgid: if is_overflow { 0 } else { ev.tgid },
-                comm: if is_overflow { *b"[other pairs]\0\0\0" } else { ev.comm },
+                comm: if is_overflow { [0; 16] } else { ev.comm },
                 target_tgid: if is_overflow { 0 } else { ev.target_tgid },
                 target_comm: if is_overflow { [0; 16] } else { ev.target_comm },
                 stats: YieldStats::default(),
@@ -242,7 +242,7 @@ impl Aggregator {
         let task = st.tasks.entry(tid).or_insert_with(|| {
             Arc::new(TaskAgg {
                 tgid: if tid == OVERFLOW_TID { 0 } else { tgid },
-                comm: if tid == OVERFLOW_TID { *b"[other tasks]\0\0\0" } else { *comm },
+                comm: if tid == OVERFLOW_TID { [0; 16] } else { *comm },
                 wait: Stats::new(DETAIL_SIGFIG),
                 touched: self.tick,
             })

@@ -4,39 +4,13 @@
 
 use std::sync::Arc;
 
-use profiler_common::{ContentionEvent, LockMode, LockType};
+use profiler_common::ContentionEvent;
 use rustc_hash::FxHashMap;
 
 use crate::{
     ebpf::CounterValues,
-    model::{Stats, YieldStats},
+    model::{LockKey, Stats, YieldStats},
 };
-
-/// Identity of a lock instance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockKey {
-    /// Kernel address.
-    pub addr: u64,
-    /// Type from the contention flags.
-    pub lock_type: LockType,
-    /// Reader/writer side.
-    pub mode: LockMode,
-}
-
-impl LockKey {
-    /// The key of the row that absorbs locks beyond the key limit.
-    pub const OVERFLOW: LockKey = LockKey { addr: 0, lock_type: LockType::Unknown, mode: LockMode::Exclusive };
-
-    /// Key of a lock address with contention flags.
-    pub fn new(addr: u64, flags: u32) -> LockKey {
-        LockKey { addr, lock_type: LockType::from_flags(flags), mode: LockMode::from_flags(flags) }
-    }
-
-    /// Key of an event's lock.
-    pub fn of(ev: &ContentionEvent) -> LockKey {
-        LockKey::new(ev.lock_addr, ev.flags)
-    }
-}
 
 /// Thread id of the row that absorbs tasks beyond the key limit.
 pub const OVERFLOW_TID: u32 = u32::MAX;

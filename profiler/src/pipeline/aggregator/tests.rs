@@ -5,7 +5,7 @@ use std::sync::Arc;
 use profiler_common::{EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, LockMode, LockType, lcb};
 
 use super::*;
-use crate::pipeline::record::Record;
+use crate::{model::LockKey, pipeline::record::Record};
 
 pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: i32) -> ContentionEvent {
     let mut comm = [0u8; 16];

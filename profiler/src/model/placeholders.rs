@@ -1,0 +1,47 @@
+//! Every text that stands in for a frame, a caller or a name lockprof could
+//! not know, in one place. Each is in brackets, so it can never be mistaken
+//! for a kernel function (and naming skips it as a call site).
+
+/// Locks past the lock key limit (the overflow lock row's class).
+pub const OTHER_LOCKS: &str = "[other locks: key limit reached]";
+/// Threads past the task key limit (the overflow task row's comm).
+pub const OTHER_TASKS: &str = "[other tasks]";
+/// yield_to (yielder, target) pairs past the task key limit.
+pub const OTHER_PAIRS: &str = "[other pairs]";
+/// Owners past the per-lock owner cap.
+pub const OTHER_OWNERS: &str = "[other owners: key limit reached]";
+/// Stacks past the caller key limit.
+pub const OTHER_STACKS: &str = "[other stacks: key limit reached]";
+/// A stack skipped under `--stack-rate`.
+pub const STACK_SKIPPED: &str = "[stack not captured: --stack-rate budget spent]";
+/// A stack id the stack map no longer holds.
+pub const STACK_NOT_FOUND: &str = "[stack not found in stack map]";
+/// A stack with no frame outside the locking internals.
+pub const UNKNOWN_CALLER: &str = "[unknown caller]";
+/// The function of [`UNKNOWN_CALLER`].
+pub const UNKNOWN_FN: &str = "[unknown]";
+/// The owner was the rwsem's readers.
+pub const HELD_BY_READERS: &str = "[held by readers]";
+/// The owner took the lock without a wait lockprof saw (no acquire stack).
+pub const ACQUIRED_UNSEEN: &str = "[acquired without a wait lockprof saw]";
+/// Waits no owner was seen for.
+pub const OWNER_UNKNOWN: &str = "[owner unknown]";
+/// A yield_to target the kernel did not name.
+pub const UNKNOWN_TARGET: &str = "[unknown target]";
+/// Rows `lockprof serve`'s window folded because it was full.
+pub const WINDOW_FULL: &str = "[window full: rows folded]";
+
+/// The root frame of a task owner's blame rows.
+pub fn held_by(comm: &str) -> String {
+    format!("[held by {}]", if comm.is_empty() { "?" } else { comm })
+}
+
+/// What a failed stack capture means, from `bpf_get_stackid`'s errno.
+pub fn stack_not_recorded(errno: i32) -> String {
+    match errno {
+        libc::EEXIST => "[stack not recorded: stack map hash collision (raise --stack-map-size)]".into(),
+        libc::ENOMEM | libc::E2BIG => "[stack not recorded: stack map full (raise --stack-map-size)]".into(),
+        libc::EFAULT => "[stack not recorded: the kernel could not walk it]".into(),
+        e => format!("[stack not recorded: bpf_get_stackid errno {e}]"),
+    }
+}
