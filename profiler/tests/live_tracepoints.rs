@@ -39,14 +39,35 @@ fn cli_defaults() -> SessionOptions {
     SessionOptions::recommended()
 }
 
-/// Records while `w` runs with `threads` threads for `secs` seconds.
-fn record_during(opts: SessionOptions, w: Workload, threads: usize, secs: f64) -> Profile {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    rt.block_on(record_during_async(opts, w, threads, secs))
-}
+/// The longest a test drives its workload, round after round, waiting to see
+/// what it checks. A busy or slow machine makes each round less contended; it
+/// must make the test slower, never flaky.
+const DEADLINE: Duration = Duration::from_secs(90);
 
-async fn record_during_async(opts: SessionOptions, w: Workload, threads: usize, secs: f64) -> Profile {
-    record_workloads_async(opts, &[w], threads, secs).await
+/// Records rounds of `ws` (`secs` seconds each, `threads` threads) until
+/// `seen` finds in one round's profile what the test looks for, and returns
+/// that profile with what `seen` found (e.g. a lock's index). `seen` asserts what must hold in every round and answers
+/// `Err(what is missing)` only for what a short, unlucky round can miss; after
+/// [`DEADLINE`] the test fails with the last round's answer.
+fn record_until<T>(
+    opts: &SessionOptions,
+    ws: &[Workload],
+    threads: usize,
+    secs: f64,
+    mut seen: impl FnMut(&Profile) -> Result<T, String>,
+) -> (Profile, T) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let start = std::time::Instant::now();
+    let mut round = 0;
+    loop {
+        round += 1;
+        let p = rt.block_on(record_workloads_async(opts.clone(), ws, threads, secs));
+        match seen(&p) {
+            Ok(found) => return (p, found),
+            Err(missing) if start.elapsed() < DEADLINE => eprintln!("round {round}: not seen yet: {missing}"),
+            Err(missing) => panic!("not seen in {round} rounds ({:.0?}): {missing}", start.elapsed()),
+        }
+    }
 }
 
 /// Records while `ws` run one after the other, `secs` seconds each.
@@ -72,6 +93,15 @@ fn callers_of(l: &LockProfile) -> Vec<&str> {
     l.callers.iter().map(|c| fn_of(&c.caller)).collect()
 }
 
+/// The index of the first lock row that `pick` picks.
+fn lock_where(p: &Profile, pick: impl Fn(&LockProfile) -> bool) -> Option<usize> {
+    p.locks.iter().position(pick)
+}
+
+fn classes(p: &Profile) -> Vec<&str> {
+    p.locks.iter().map(|l| l.class.as_str()).collect()
+}
+
 fn assert_counters_sane(p: &Profile) {
     let l = &p.meta.drops.losses;
     let lost = [l.ringbuf_full, l.pending_map_full, l.userspace_lost, l.malformed_records];
@@ -88,19 +118,23 @@ fn pipe_writers_show_the_pipe_mutex_and_its_writers() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = record_during(cli_defaults(), Workload::Pipe, 4, 3.0);
-    assert!(!p.meta.backend.is_empty());
-    assert_eq!(p.meta.mode, "aggregate");
-    assert_counters_sane(&p);
-    let pipe = p
-        .locks
-        .iter()
-        .filter(|l| l.lock_type == LockType::Mutex)
-        .find(|l| callers_of(l).iter().any(|c| *c == "anon_pipe_write" || *c == "pipe_write"))
-        .unwrap_or_else(|| panic!("no pipe mutex among {:?}", p.locks.iter().map(|l| &l.class).collect::<Vec<_>>()));
+    let (p, i) = record_until(&cli_defaults(), &[Workload::Pipe], 4, 3.0, |p| {
+        assert!(!p.meta.backend.is_empty());
+        assert_eq!(p.meta.mode, "aggregate");
+        assert_counters_sane(p);
+        let i = lock_where(p, |l| {
+            l.lock_type == LockType::Mutex
+                && callers_of(l).iter().any(|c| *c == "anon_pipe_write" || *c == "pipe_write")
+        })
+        .ok_or_else(|| format!("no pipe mutex among {:?}", classes(p)))?;
+        match p.locks[i].wait.count() {
+            n if n > 10 => Ok(i),
+            n => Err(format!("only {n} contentions on the pipe mutex")),
+        }
+    });
+    let pipe = &p.locks[i];
     assert_eq!(pipe.mode, LockMode::Exclusive);
     assert!(pipe.class.starts_with("mutex @ "), "{}", pipe.class);
-    assert!(pipe.wait.count() > 10, "only {} contentions", pipe.wait.count());
     assert!(pipe.wait.total_ns() > 0 && pipe.wait.max_ns() >= pipe.wait.min_ns());
     assert!(pipe.wait.max_ns() < 3_000_000_000, "a wait longer than the run: {}", pipe.wait.max_ns());
     let writer = pipe.callers.iter().find(|c| fn_of(&c.caller).contains("pipe_write")).expect("writer caller");
@@ -116,18 +150,22 @@ fn fork_exit_storm_shows_tasklist_lock_by_name() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = record_during(cli_defaults(), Workload::Fork, 4, 4.0);
-    assert_counters_sane(&p);
-    let tl: Vec<&LockProfile> = p.locks.iter().filter(|l| l.name.as_deref() == Some("tasklist_lock")).collect();
-    assert!(
-        !tl.is_empty(),
-        "tasklist_lock not named; rwlocks: {:?}",
-        p.locks
-            .iter()
-            .filter(|l| l.lock_type == LockType::Rwlock)
-            .map(|l| (&l.class, l.wait.count()))
-            .collect::<Vec<_>>()
-    );
+    let is_tasklist = |l: &LockProfile| l.name.as_deref() == Some("tasklist_lock");
+    let (p, _) = record_until(&cli_defaults(), &[Workload::Fork], 4, 4.0, |p| {
+        assert_counters_sane(p);
+        // Named, and its write side contended, in one round.
+        lock_where(p, |l| is_tasklist(l) && l.mode == LockMode::Write).ok_or_else(|| {
+            format!(
+                "tasklist_lock (write) not named; rwlocks: {:?}",
+                p.locks
+                    .iter()
+                    .filter(|l| l.lock_type == LockType::Rwlock)
+                    .map(|l| (&l.class, l.mode, l.wait.count()))
+                    .collect::<Vec<_>>()
+            )
+        })
+    });
+    let tl: Vec<&LockProfile> = p.locks.iter().filter(|l| is_tasklist(l)).collect();
     for l in &tl {
         assert_eq!(l.lock_type, LockType::Rwlock);
         assert!(matches!(l.name_source, Some(NameSource::Kallsyms | NameSource::Inferred)));
@@ -162,39 +200,47 @@ fn kernel_names_the_pipe_mutex_mmap_rq_and_sig_locks_exactly() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let p =
-        rt.block_on(record_workloads_async(cli_defaults(), &[Workload::Pipe, Workload::Fork, Workload::Mmap], 4, 2.0));
-    assert_counters_sane(&p);
     let rows = |l: &LockProfile| format!("{} {:?} {:?} ({})", l.display_name(), l.name_source, l.field, l.class);
-    let all: Vec<String> = p.locks.iter().map(rows).collect();
-    // One identity per address.
-    let mut names: std::collections::BTreeMap<u64, &Option<String>> = std::collections::BTreeMap::new();
-    for l in p.locks.iter().filter(|l| l.addr != 0) {
-        if let Some(prev) = names.insert(l.addr, &l.name) {
-            assert_eq!(prev, &l.name, "{:#x} carries two names", l.addr);
-        }
-    }
-    let btf_named = |name: &str| {
-        p.locks
-            .iter()
-            .find(|l| l.name.as_deref() == Some(name) && l.name_source == Some(NameSource::Btf))
-            .unwrap_or_else(|| panic!("no {name} confirmed by the kernel among {all:#?}"))
+    let storms = [Workload::Pipe, Workload::Fork, Workload::Mmap];
+    let slab_missing = slab_naming_missing();
+    let is_pipe = |l: &LockProfile| {
+        l.lock_type == LockType::Mutex
+            && callers_of(l).iter().any(|c| c.contains("pipe_write") || c.contains("pipe_read"))
     };
-    btf_named("mmap_lock");
-    btf_named("rq_lock");
-    btf_named("siglock");
+    let (p, _) = record_until(&cli_defaults(), &storms, 4, 2.0, |p| {
+        assert_counters_sane(p);
+        // One identity per address.
+        let mut names: std::collections::BTreeMap<u64, &Option<String>> = std::collections::BTreeMap::new();
+        for l in p.locks.iter().filter(|l| l.addr != 0) {
+            if let Some(prev) = names.insert(l.addr, &l.name) {
+                assert_eq!(prev, &l.name, "{:#x} carries two names", l.addr);
+            }
+        }
+        for name in ["mmap_lock", "rq_lock", "siglock"] {
+            lock_where(p, |l| l.name.as_deref() == Some(name) && l.name_source == Some(NameSource::Btf)).ok_or_else(
+                || {
+                    format!(
+                        "no {name} confirmed by the kernel among {:#?}",
+                        p.locks.iter().map(rows).collect::<Vec<_>>()
+                    )
+                },
+            )?;
+        }
+        // What the slab half checks must have been contended in the same round.
+        if slab_missing.is_none() {
+            lock_where(p, is_pipe).ok_or_else(|| "no pipe mutex".to_string())?;
+            lock_where(p, |l| l.field.is_some() && l.slab.is_some())
+                .ok_or_else(|| "no lock in a slab object with a field".to_string())?;
+        }
+        Ok(())
+    });
+    let all: Vec<String> = p.locks.iter().map(rows).collect();
     // The slab half: skipped, saying why, only on a kernel without slab
     // naming; with CI=true that is a failure like any missing feature.
-    if !support::ready_unless(&format!("{TEST} (slab naming half)"), slab_naming_missing()) {
+    if !support::ready_unless(&format!("{TEST} (slab naming half)"), slab_missing) {
         return;
     }
-    let pipe = p
-        .locks
-        .iter()
-        .filter(|l| l.lock_type == LockType::Mutex)
-        .find(|l| callers_of(l).iter().any(|c| c.contains("pipe_write") || c.contains("pipe_read")))
-        .unwrap_or_else(|| panic!("no pipe mutex among {all:#?}"));
+    let pipe = p.locks.iter().find(|l| is_pipe(l)).unwrap_or_else(|| panic!("no pipe mutex among {all:#?}"));
     assert_eq!(pipe.name_source, Some(NameSource::Btf), "{}", rows(pipe));
     assert!(pipe.slab.as_deref().is_some_and(|s| s.starts_with("kmalloc")), "{}", rows(pipe));
     assert!(pipe.class.contains(" in &kmalloc"), "{}", rows(pipe));
@@ -214,30 +260,31 @@ fn pipe_mutex_waits_are_blamed_on_the_pipe_threads() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = record_during(cli_defaults(), Workload::Pipe, 4, 2.0);
-    let pipe = p
-        .locks
-        .iter()
-        .filter(|l| l.lock_type == LockType::Mutex)
-        .find(|l| callers_of(l).iter().any(|c| c.contains("pipe_write")))
-        .expect("pipe mutex");
-    let waits: u64 = pipe.owners.iter().map(|o| o.waits).sum();
-    let ns: u64 = pipe.owners.iter().map(|o| o.wait_caused_ns).sum();
-    assert_eq!((waits, ns), (pipe.wait.count(), pipe.wait.total_ns()), "owners plus unknown are the lock's waits");
     let me = std::process::id();
-    let tasks: Vec<&lockprof::model::OwnerProfile> =
-        pipe.owners.iter().filter(|o| o.kind == lockprof::model::OwnerKind::Task).collect();
-    assert!(!tasks.is_empty(), "no owner seen: {:?}", pipe.owners);
-    // The pipe's users are this process's writer and reader threads.
-    for o in &tasks {
-        assert_eq!(o.pid, me, "owner {} {} is not one of the storm's threads", o.comm, o.tid);
-    }
-    let blamed: u64 = tasks.iter().map(|o| o.wait_caused_ns).sum();
-    assert!(blamed > 0);
-    let with_stack = tasks
-        .iter()
-        .find(|o| o.stack.iter().any(|f| fn_of(f).contains("pipe_write") || fn_of(f).contains("pipe_read")))
-        .unwrap_or_else(|| panic!("no owner acquired through pipe_write or pipe_read: {:?}", tasks));
+    let is_task = |o: &&lockprof::model::OwnerProfile| o.kind == lockprof::model::OwnerKind::Task;
+    let through_pipe = |o: &&lockprof::model::OwnerProfile| {
+        o.stack.iter().any(|f| fn_of(f).contains("pipe_write") || fn_of(f).contains("pipe_read"))
+    };
+    let (p, (i, j)) = record_until(&cli_defaults(), &[Workload::Pipe], 4, 2.0, |p| {
+        let i =
+            lock_where(p, |l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")))
+                .ok_or_else(|| "no pipe mutex".to_string())?;
+        let pipe = &p.locks[i];
+        // Known owners can only account for part of the lock's waits; they
+        // are not the remainder of anything.
+        let known: Vec<_> = pipe.owners.iter().filter(is_task).collect();
+        let (waits, ns) = known.iter().fold((0, 0), |(w, n), o| (w + o.waits, n + o.wait_caused_ns));
+        assert!(waits <= pipe.wait.count() && ns <= pipe.wait.total_ns(), "known owners exceed the waits: {known:?}");
+        // The pipe's users are this process's writer and reader threads.
+        for o in &known {
+            assert_eq!(o.pid, me, "owner {} {} is not one of the storm's threads", o.comm, o.tid);
+        }
+        let j = pipe.owners.iter().position(|o| is_task(&o) && o.wait_caused_ns > 0 && through_pipe(&o)).ok_or_else(
+            || format!("no owner blamed that acquired through pipe_write or pipe_read: {:?}", pipe.owners),
+        )?;
+        Ok((i, j))
+    });
+    let with_stack = &p.locks[i].owners[j];
     assert!(with_stack.caller.contains("pipe_"), "{with_stack:?}");
 }
 
@@ -250,28 +297,25 @@ fn tasklist_writers_are_blamed_on_the_readers_holding_it() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // setpgid(0, 0) writers against kill(0, 0) readers, who hold the lock
     // while they walk the process group.
-    let p = record_during(cli_defaults(), Workload::Pgrp, 4, 2.0);
-    let writers = p
-        .locks
-        .iter()
-        .filter(|l| l.lock_type == LockType::Rwlock && l.mode == LockMode::Write)
-        .find(|l| callers_of(l).iter().any(|c| c.contains("setpgid")))
-        .unwrap_or_else(|| {
-            panic!("no rwlock written from setpgid: {:?}", p.locks.iter().map(|l| &l.class).collect::<Vec<_>>())
-        });
-    let waits: u64 = writers.owners.iter().map(|o| o.waits).sum();
-    let ns: u64 = writers.owners.iter().map(|o| o.wait_caused_ns).sum();
-    assert_eq!(
-        (waits, ns),
-        (writers.wait.count(), writers.wait.total_ns()),
-        "owners plus unknown are the lock's waits"
-    );
-    let readers = writers
-        .owners
-        .iter()
-        .find(|o| o.kind == lockprof::model::OwnerKind::Readers)
-        .unwrap_or_else(|| panic!("no writer wait blamed on readers: {:?}", writers.owners));
-    assert!(readers.waits > 0 && readers.wait_caused_ns > 0, "{readers:?}");
+    let (p, (i, j)) = record_until(&cli_defaults(), &[Workload::Pgrp], 4, 2.0, |p| {
+        let i = lock_where(p, |l| {
+            l.lock_type == LockType::Rwlock
+                && l.mode == LockMode::Write
+                && callers_of(l).iter().any(|c| c.contains("setpgid"))
+        })
+        .ok_or_else(|| format!("no rwlock written from setpgid: {:?}", classes(p)))?;
+        let writers = &p.locks[i];
+        let known = writers.owners.iter().filter(|o| o.kind != lockprof::model::OwnerKind::Unknown);
+        let (waits, ns) = known.fold((0, 0), |(w, n), o| (w + o.waits, n + o.wait_caused_ns));
+        assert!(waits <= writers.wait.count() && ns <= writers.wait.total_ns(), "known owners exceed the waits");
+        let j = writers
+            .owners
+            .iter()
+            .position(|o| o.kind == lockprof::model::OwnerKind::Readers && o.waits > 0 && o.wait_caused_ns > 0)
+            .ok_or_else(|| format!("no writer wait blamed on readers: {:?}", writers.owners))?;
+        Ok((i, j))
+    });
+    let readers = &p.locks[i].owners[j];
     assert_eq!(readers.caller, "[held by readers]");
 }
 
@@ -281,15 +325,17 @@ fn stream_mode_sees_the_same_pipe_mutex() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = record_during(SessionOptions::default(), Workload::Pipe, 4, 2.0);
-    assert_eq!(p.meta.mode, "stream");
-    assert_counters_sane(&p);
-    let pipe = p
-        .locks
-        .iter()
-        .find(|l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")))
-        .expect("stream mode: pipe mutex");
-    assert!(pipe.wait.count() > 10);
+    let (p, _) = record_until(&SessionOptions::default(), &[Workload::Pipe], 4, 2.0, |p| {
+        assert_eq!(p.meta.mode, "stream");
+        assert_counters_sane(p);
+        let i =
+            lock_where(p, |l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")))
+                .ok_or_else(|| "stream mode: no pipe mutex".to_string())?;
+        match p.locks[i].wait.count() {
+            n if n > 10 => Ok(()),
+            n => Err(format!("only {n} contentions on the pipe mutex")),
+        }
+    });
     // Stream mode sees every wait individually: the slowest list is filled from them.
     assert!(!p.slowest.is_empty());
     assert!(p.slowest.windows(2).all(|w| w[0].wait_ns >= w[1].wait_ns));
@@ -302,27 +348,31 @@ fn unlink_storm_shows_the_directory_rwsem() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = record_during(SessionOptions::default(), Workload::Unlink, 4, 3.0);
-    assert_counters_sane(&p);
-    let rwsem = p
-        .locks
-        .iter()
-        .filter(|l| l.lock_type == LockType::Rwsem && l.mode == LockMode::Write)
-        // Inferred (`i_rwsem`), or confirmed by the kernel down to the member
-        // (`shmem_inode_info.vfs_inode.i_rwsem`).
-        .find(|l| l.name.as_deref().is_some_and(|n| n == "i_rwsem" || n.ends_with(".i_rwsem")))
-        .unwrap_or_else(|| {
-            panic!(
+    let (p, i) = record_until(&SessionOptions::default(), &[Workload::Unlink], 4, 3.0, |p| {
+        assert_counters_sane(p);
+        let i = lock_where(p, |l| {
+            l.lock_type == LockType::Rwsem
+                && l.mode == LockMode::Write
+                // Inferred (`i_rwsem`), or confirmed by the kernel down to the
+                // member (`shmem_inode_info.vfs_inode.i_rwsem`).
+                && l.name.as_deref().is_some_and(|n| n == "i_rwsem" || n.ends_with(".i_rwsem"))
+        })
+        .ok_or_else(|| {
+            format!(
                 "no i_rwsem among {:?}",
                 p.locks.iter().map(|l| (&l.name, &l.class, l.lock_type, l.mode)).collect::<Vec<_>>()
             )
-        });
-    let callers = callers_of(rwsem);
+        })?;
+        match p.locks[i].wait.count() {
+            n if n > 5 => Ok(i),
+            n => Err(format!("only {n} contentions on i_rwsem")),
+        }
+    });
+    let callers = callers_of(&p.locks[i]);
     assert!(
         callers.iter().any(|c| ["do_unlinkat", "open_last_lookups", "filename_create", "path_openat"].contains(c)),
         "{callers:?}"
     );
-    assert!(rwsem.wait.count() > 5);
 }
 
 #[test]
@@ -335,14 +385,12 @@ fn classic_tracepoint_backend_records_too() {
         load: LoadOptions { backend: BackendChoice::Tracepoint, ..Default::default() },
         ..Default::default()
     };
-    let p = record_during(opts, Workload::Pipe, 4, 2.0);
-    assert_eq!(p.meta.backend, "tracepoint");
-    assert_counters_sane(&p);
-    let pipe = p
-        .locks
-        .iter()
-        .find(|l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")));
-    assert!(pipe.is_some(), "classic tracepoints: no pipe mutex");
+    let (p, _) = record_until(&opts, &[Workload::Pipe], 4, 2.0, |p| {
+        assert_eq!(p.meta.backend, "tracepoint");
+        assert_counters_sane(p);
+        lock_where(p, |l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")))
+            .ok_or_else(|| "classic tracepoints: no pipe mutex".to_string())
+    });
     // Classic tracepoint stacks start at the slowpath: no trampoline frames to strip.
     assert!(
         p.locks
@@ -365,13 +413,14 @@ fn type_filter_keeps_only_that_type() {
         },
         ..Default::default()
     };
-    let p = record_during(opts, Workload::Pipe, 4, 2.0);
-    assert!(!p.locks.is_empty());
-    assert!(
-        p.locks.iter().all(|l| l.lock_type == LockType::Mutex),
-        "{:?}",
-        p.locks.iter().map(|l| l.lock_type).collect::<Vec<_>>()
-    );
+    record_until(&opts, &[Workload::Pipe], 4, 2.0, |p| {
+        assert!(
+            p.locks.iter().all(|l| l.lock_type == LockType::Mutex),
+            "{:?}",
+            p.locks.iter().map(|l| l.lock_type).collect::<Vec<_>>()
+        );
+        if p.locks.is_empty() { Err("no mutex contended".into()) } else { Ok(()) }
+    });
 }
 
 #[test]
@@ -391,14 +440,15 @@ fn pid_filter_keeps_only_that_process() {
         ..Default::default()
     };
     // Our own process contends too, and must not show up.
-    let p = record_during(opts, Workload::Pipe, 2, 2.0);
+    record_until(&opts, &[Workload::Pipe], 2, 2.0, |p| {
+        assert!(
+            p.tasks.iter().all(|t| t.tgid == pid),
+            "tasks outside pid {pid}: {:?}",
+            p.tasks.iter().map(|t| (t.tgid, &t.comm)).collect::<Vec<_>>()
+        );
+        if p.tasks.is_empty() { Err("the filtered process contended but nothing was recorded".into()) } else { Ok(()) }
+    });
     drop(storm);
-    assert!(!p.tasks.is_empty(), "the filtered process contended but nothing was recorded");
-    assert!(
-        p.tasks.iter().all(|t| t.tgid == pid),
-        "tasks outside pid {pid}: {:?}",
-        p.tasks.iter().map(|t| (t.tgid, &t.comm)).collect::<Vec<_>>()
-    );
 }
 
 fn lockprof() -> Command {
