@@ -126,15 +126,27 @@ pub enum ProfileMetric {
     Blame,
 }
 
+/// A `?metric=` value that is not a [`ProfileMetric`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metric must be wait, hold, count or blame, not {0:?}")]
+pub struct UnknownMetric(pub String);
+
+/// The text of a 400 answer.
+impl From<UnknownMetric> for String {
+    fn from(e: UnknownMetric) -> String {
+        e.to_string()
+    }
+}
+
 impl ProfileMetric {
     /// Parses `?metric=`; the error is one line for a 400.
-    pub fn parse(s: &str) -> Result<ProfileMetric, String> {
+    pub fn parse(s: &str) -> Result<ProfileMetric, UnknownMetric> {
         match s {
             "wait" => Ok(ProfileMetric::Wait),
             "hold" => Ok(ProfileMetric::Hold),
             "count" => Ok(ProfileMetric::Count),
             "blame" => Ok(ProfileMetric::Blame),
-            other => Err(format!("metric must be wait, hold, count or blame, not {other:?}")),
+            other => Err(UnknownMetric(other.to_string())),
         }
     }
 
