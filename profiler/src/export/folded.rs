@@ -25,9 +25,6 @@ pub enum Metric {
 }
 
 impl Metric {
-    /// Every metric.
-    pub const ALL: [Metric; 5] = [Metric::Wait, Metric::Hold, Metric::Count, Metric::Blame, Metric::Yield];
-
     /// Stable name.
     pub fn name(self) -> &'static str {
         match self {
