@@ -121,9 +121,6 @@ impl LockType {
 }
 
 impl LockMode {
-    /// Every mode.
-    pub const ALL: [LockMode; 3] = [LockMode::Exclusive, LockMode::Read, LockMode::Write];
-
     /// Reader/writer side from contention flags.
     pub const fn from_flags(flags: u32) -> LockMode {
         if flags & lcb::WRITE != 0 {

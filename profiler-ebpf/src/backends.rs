@@ -3,15 +3,13 @@
 //! the lock slowpaths. All of them feed `waits`.
 
 use aya_ebpf::{
-    EbpfContext,
-    helpers::bpf_probe_read_kernel,
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, tracepoint},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 use profiler_common::probe_flags;
 
 use crate::{
-    context::{config, guarded},
+    context::{config, fentry_lock, guarded},
     waits::{on_begin, on_end, probe_begin, probe_end},
 };
 
@@ -108,17 +106,6 @@ pub fn krp_spin(ctx: RetProbeContext) -> u32 {
 // holder of the guard would make other tasks' programs on that CPU skip
 // their work. Nothing they call takes a lock they probe, so they cannot
 // nest into themselves through our own map operations.
-/// The first argument of a fentry program as a plain number. The verifier
-/// types a struct pointer argument (`struct mutex *`) and forbids arithmetic
-/// on it, which the identity slot's hash needs: a copy read through the
-/// helper is a scalar.
-#[inline(always)]
-fn fentry_lock(ctx: &FEntryContext) -> u64 {
-    // SAFETY: the first u64 of the trampoline's argument array, read through
-    // the helper (which checks the address).
-    unsafe { bpf_probe_read_kernel(ctx.as_ptr() as *const u64) }.unwrap_or(0)
-}
-
 macro_rules! fentry_waits {
     ($($fe:ident, $fx:ident, $flags:expr, $spinning:expr;)*) => {$(
         /// fentry at a slowpath's entry.

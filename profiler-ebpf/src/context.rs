@@ -9,7 +9,11 @@
 //! budget update can be lost. The slot itself stays valid (per-CPU array
 //! values live as long as the map), so that is a miscount, never a bad access.
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_probe_read_kernel},
+    programs::FEntryContext,
+};
 use profiler_common::{Config, counter};
 
 use crate::maps::{BUSY, CONFIG, COUNTERS, TGID_FILTER};
@@ -93,4 +97,16 @@ pub fn wanted(cfg: &Config, tgid: u32) -> bool {
 #[inline(always)]
 pub fn config() -> Config {
     CONFIG.load()
+}
+
+/// The lock a fentry program gets (its first argument) as a plain number.
+/// The verifier types a struct pointer argument (`struct mutex *`) and, on
+/// older kernels (5.10), forbids arithmetic on it, which the slot hashes
+/// (`ident_seen_index`, `acquired_index`) need: a copy read through the helper
+/// is a scalar. Every fentry program that hashes its lock reads it here.
+#[inline(always)]
+pub fn fentry_lock(ctx: &FEntryContext) -> u64 {
+    // SAFETY: the first u64 of the trampoline's argument array, read through
+    // the helper (which checks the address).
+    unsafe { bpf_probe_read_kernel(ctx.as_ptr() as *const u64) }.unwrap_or(0)
 }

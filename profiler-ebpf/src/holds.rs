@@ -13,7 +13,7 @@ use profiler_common::{AGG_HOLD, AggKey, EVENT_HOLD, HoldKey, MODE_AGGREGATE, Own
 
 use crate::{
     aggregate::aggregate,
-    context::{Ids, config, count, guarded},
+    context::{Ids, config, count, fentry_lock, guarded},
     maps::HOLDS,
     owners::{forget_acquired, forget_holder},
     ringbuf,
@@ -73,7 +73,8 @@ macro_rules! fentry_releases {
         /// fentry on a release function.
         #[fentry]
         pub fn $fe(ctx: FEntryContext) -> i32 {
-            let lock: u64 = ctx.arg(0);
+            // Read as a scalar: `on_release` hashes it into an `ACQUIRED` slot.
+            let lock = fentry_lock(&ctx);
             match on_release(&ctx, lock) {
                 Ok(r) | Err(r) => r as i32,
             }

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Parser as _;
 use lockprof::{
     cli::{Cli, Command, UsageError},
@@ -23,7 +24,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(commands::runtime()?)
+    commands::runtime().context("starting the async runtime")
 }
 
 fn main() -> ExitCode {
@@ -57,10 +58,10 @@ fn main() -> ExitCode {
         Command::Doctor(a) => commands::doctor(a),
         Command::Stress(a) => commands::stress(a),
         // Builds its runtime itself, once attached and unprivileged.
-        Command::Serve(a) => commands::serve(a, cli.verbose),
-        Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a, cli.verbose))),
-        Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a, cli.verbose))),
-        Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a, cli.verbose))),
+        Command::Serve(a) => commands::serve(a),
+        Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a))),
+        Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a))),
+        Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

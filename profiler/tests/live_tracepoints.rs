@@ -186,7 +186,7 @@ fn slab_naming_missing() -> Option<String> {
     let types = lockprof::ebpf::btf::Types::parse(&blob).expect("parse BTF");
     if !types.has_func("bpf_get_kmem_cache") {
         Some("the kernel has no bpf_get_kmem_cache kfunc (6.13+)".into())
-    } else if !types.has_struct("bpf_iter__kmem_cache") {
+    } else if types.struct_size("bpf_iter__kmem_cache").is_err() {
         Some("the kernel has no kmem_cache BPF iterator (6.13+)".into())
     } else {
         None

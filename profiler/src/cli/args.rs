@@ -51,6 +51,10 @@ pub enum Command {
 /// definition, turned into `SessionOptions` once).
 #[derive(Debug, Args, Clone)]
 pub struct SessionArgs {
+    /// The global `-v` count, read here: `-v` also logs the programs'
+    /// own messages (aya-log).
+    #[arg(from_global)]
+    pub verbose: u8,
     /// Only these processes (repeatable).
     #[arg(long, short, value_name = "PID")]
     pub pid: Vec<u32>,
@@ -237,6 +241,9 @@ pub struct DoctorArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The global `-v` count, read here: `-v` prints the verifier's logs.
+    #[arg(from_global)]
+    pub verbose: u8,
 }
 
 /// `lockprof stress`.

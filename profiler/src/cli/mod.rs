@@ -82,6 +82,7 @@ impl TryFrom<&SessionArgs> for SessionOptions {
             },
             limits: Limits { max_callers: a.max_callers, ..Limits::default() },
             filters,
+            ebpf_logs: a.verbose > 0,
             ..SessionOptions::default()
         };
         let c = &mut o.load.config;
@@ -154,6 +155,22 @@ mod tests {
         assert_eq!(o.limits, r.limits);
         assert_eq!(o.mode(), Mode::Aggregate);
         assert!(o.load.yield_to && o.filters.is_empty());
+        assert!(!o.ebpf_logs, "the programs' messages are logged only with -v");
+    }
+
+    #[test]
+    fn verbose_turns_on_the_programs_messages_for_every_recording_command() {
+        for args in [["record", "-v"], ["-v", "top"], ["flamegraph", "-v"], ["serve", "-v"]] {
+            let cli = Cli::try_parse_from(["lockprof"].iter().chain(&args)).expect("parse");
+            let session = match &cli.command {
+                Command::Record(a) => &a.session,
+                Command::Top(a) => &a.session,
+                Command::Flamegraph(a) => &a.session,
+                Command::Serve(a) => &a.session,
+                _ => panic!("not a recording command"),
+            };
+            assert!(SessionOptions::try_from(session).expect("options").ebpf_logs, "{args:?}");
+        }
     }
 
     #[test]

@@ -91,50 +91,72 @@ value_enum!(Workload {
     Workload::Pgrp => "setpgid(0, 0) loops against kill(0, 0) loops (tasklist_lock)",
 });
 
+/// A command-line value that makes no sense (clap prints it after the option's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// Not a lock type lockprof knows.
+    #[error("unknown lock type {given:?}; known types: {}", known_types())]
+    LockType {
+        /// What was typed.
+        given: String,
+    },
+    /// Not a value of the expected kind or range.
+    #[error("must be {expected}, not {given:?}")]
+    Invalid {
+        /// What the option takes.
+        expected: &'static str,
+        /// What was typed.
+        given: String,
+    },
+}
+
+fn known_types() -> String {
+    LockType::ALL.iter().map(|t| type_name(*t)).collect::<Vec<_>>().join(", ")
+}
+
+fn invalid(expected: &'static str, given: &str) -> ValueError {
+    ValueError::Invalid { expected, given: given.to_string() }
+}
+
 /// A lock type (`--type` word, or a common alias).
-pub fn lock_type(s: &str) -> Result<LockType, String> {
-    parse_type(s).ok_or_else(|| {
-        let known: Vec<&str> = LockType::ALL.iter().map(|t| type_name(*t)).collect();
-        format!("unknown lock type {s:?}; known types: {}", known.join(", "))
-    })
+pub fn lock_type(s: &str) -> Result<LockType, ValueError> {
+    parse_type(s).ok_or_else(|| ValueError::LockType { given: s.to_string() })
 }
 
 /// A positive, finite number of seconds.
-pub fn seconds(s: &str) -> Result<f64, String> {
+pub fn seconds(s: &str) -> Result<f64, ValueError> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("must be a positive number of seconds, not {s:?}")),
+        _ => Err(invalid("a positive number of seconds", s)),
     }
 }
 
 /// A refresh interval: at least 0.1 seconds.
-pub fn interval(s: &str) -> Result<f64, String> {
+pub fn interval(s: &str) -> Result<f64, ValueError> {
     match seconds(s) {
         Ok(v) if v >= 0.1 => Ok(v),
-        _ => Err(format!("must be at least 0.1 seconds, not {s:?}")),
+        _ => Err(invalid("at least 0.1 seconds", s)),
     }
 }
 
 /// A thread count: 1 to 1024.
-pub fn threads(s: &str) -> Result<usize, String> {
+pub fn threads(s: &str) -> Result<usize, ValueError> {
     match s.trim().parse::<usize>() {
         Ok(v) if (1..=1024).contains(&v) => Ok(v),
-        _ => Err(format!("must be a whole number from 1 to 1024, not {s:?}")),
+        _ => Err(invalid("a whole number from 1 to 1024", s)),
     }
 }
 
 /// A listening address: `ADDR:PORT` with an IP address (`[::1]:9464` for IPv6).
-pub fn listen(s: &str) -> Result<std::net::SocketAddr, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("must be ADDR:PORT with an IP address, e.g. 127.0.0.1:9464 or 0.0.0.0:9464, not {s:?}"))
+pub fn listen(s: &str) -> Result<std::net::SocketAddr, ValueError> {
+    s.trim().parse().map_err(|_| invalid("ADDR:PORT with an IP address, e.g. 127.0.0.1:9464 or 0.0.0.0:9464", s))
 }
 
 /// A series cap: 1 to 10000.
-pub fn max_series(s: &str) -> Result<usize, String> {
+pub fn max_series(s: &str) -> Result<usize, ValueError> {
     match s.trim().parse::<usize>() {
         Ok(v) if (1..=10_000).contains(&v) => Ok(v),
-        _ => Err(format!("must be a whole number from 1 to 10000, not {s:?}")),
+        _ => Err(invalid("a whole number from 1 to 10000", s)),
     }
 }
 
@@ -177,6 +199,6 @@ mod tests {
         assert!(max_series("0").is_err() && max_series("10001").is_err());
         assert_eq!(max_series("5"), Ok(5));
         assert_eq!(lock_type("rwlock_t"), Ok(LockType::Rwlock));
-        assert!(lock_type("semaphore").is_err_and(|e| e.contains("known types: unknown, spinlock")));
+        assert!(lock_type("semaphore").is_err_and(|e| e.to_string().contains("known types: unknown, spinlock")));
     }
 }

@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use anyhow::Context as _;
+
 use super::print_stdout;
 use crate::{cli::DoctorArgs, ebpf::features};
 
@@ -9,8 +11,20 @@ fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-/// Renders the doctor's findings as text.
-pub fn render_doctor(d: &features::Doctor) -> String {
+/// One line per check; with `verbose`, the verifier's logs indented under it.
+fn check_lines(s: &mut String, checks: &[features::BackendCheck], verbose: bool) {
+    for b in checks {
+        let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
+        if verbose {
+            for line in b.verifier_log.lines() {
+                let _ = writeln!(s, "      | {line}");
+            }
+        }
+    }
+}
+
+/// Renders the doctor's findings as text (`verbose`: with the verifier's logs).
+pub fn render_doctor(d: &features::Doctor, verbose: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "kernel:            {}", d.kernel);
     let _ = writeln!(
@@ -55,13 +69,9 @@ pub fn render_doctor(d: &features::Doctor) -> String {
         let _ = writeln!(s, "kallsyms:          unreadable: {}", k.error.as_deref().unwrap_or("?"));
     }
     let _ = writeln!(s, "wait backends:");
-    for b in &d.backends {
-        let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
-    }
+    check_lines(&mut s, &d.backends, verbose);
     let _ = writeln!(s, "hold backends (release functions):");
-    for b in &d.holds {
-        let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
-    }
+    check_lines(&mut s, &d.holds, verbose);
     match d.auto_pick {
         Some(b) => {
             let _ = writeln!(s, "auto picks:        {b} ({})", d.auto_reason);
@@ -79,9 +89,7 @@ pub fn render_doctor(d: &features::Doctor) -> String {
         }
     );
     let _ = writeln!(s, "yield_to probes (KVM directed yield):");
-    for b in &d.yield_to {
-        let _ = writeln!(s, "  {:<11} {:<4} {}", b.name, yes(b.available), b.detail);
-    }
+    check_lines(&mut s, &d.yield_to, verbose);
     let _ = writeln!(
         s,
         "yield_to:          {}; kvm module {}; task_struct offsets: {}",
@@ -128,9 +136,41 @@ pub fn render_doctor(d: &features::Doctor) -> String {
 pub fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
     let d = features::run();
     if args.json {
-        print_stdout(&(serde_json::to_string_pretty(&d)? + "\n"))?;
+        let json = serde_json::to_string_pretty(&d).context("serializing the findings as JSON")?;
+        print_stdout(&(json + "\n")).context("writing the findings")?;
     } else {
-        print_stdout(&render_doctor(&d))?;
+        print_stdout(&render_doctor(&d, args.verbose > 0)).context("writing the findings")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_check_and_the_verifier_log_only_with_verbose() {
+        let checks = [
+            features::BackendCheck {
+                name: "fentry",
+                available: false,
+                detail: "not probed: mutex_unlock (rejected by the verifier)".into(),
+                verifier_log: "mutex_unlock:\n0: (79) r1 = *(u64 *)(r1 +0)\nR1 pointer arithmetic prohibited\n".into(),
+            },
+            features::BackendCheck {
+                name: "kprobe",
+                available: true,
+                detail: "releases seen through mutex_unlock".into(),
+                verifier_log: String::new(),
+            },
+        ];
+        let mut quiet = String::new();
+        check_lines(&mut quiet, &checks, false);
+        assert_eq!(quiet.lines().count(), 2, "{quiet}");
+        assert!(!quiet.contains("pointer arithmetic"), "{quiet}");
+        let mut verbose = String::new();
+        check_lines(&mut verbose, &checks, true);
+        assert_eq!(verbose.lines().count(), 5, "{verbose}");
+        assert!(verbose.contains("      | R1 pointer arithmetic prohibited\n"), "{verbose}");
+    }
 }

@@ -36,7 +36,7 @@ fn subtitle(p: &Profile) -> String {
 }
 
 /// Draws the flamegraph(s).
-pub async fn flamegraph(args: &FlamegraphArgs, verbose: u8) -> anyhow::Result<()> {
+pub async fn flamegraph(args: &FlamegraphArgs) -> anyhow::Result<()> {
     let live_only = args.session.live_only_changes();
     if args.duration.is_none() && !live_only.is_empty() {
         return Err(
@@ -75,8 +75,7 @@ pub async fn flamegraph(args: &FlamegraphArgs, verbose: u8) -> anyhow::Result<()
     let profile = match (&args.input, args.duration) {
         (Some(i), _) => load(i)?,
         (None, Some(d)) => {
-            let mut opts = SessionOptions::try_from(&args.session)?;
-            opts.ebpf_logs = verbose > 0;
+            let opts = SessionOptions::try_from(&args.session)?;
             super::record::record_profile(opts, Some(d), None).await?
         }
         (None, None) => {

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use super::{UsageError, check_binary_stdout, emit};
 use crate::{
     cli::RecordArgs,
@@ -12,10 +14,9 @@ use crate::{
 };
 
 /// Records until the duration ends or a signal arrives, then reports.
-pub async fn record(args: &RecordArgs, verbose: u8) -> anyhow::Result<()> {
+pub async fn record(args: &RecordArgs) -> anyhow::Result<()> {
     check_binary_stdout(args.view.format, false)?;
-    let mut opts = SessionOptions::try_from(&args.session)?;
-    opts.ebpf_logs = verbose > 0;
+    let opts = SessionOptions::try_from(&args.session)?;
     let profile = record_profile(opts, args.duration, args.output.as_deref()).await?;
     emit(&render(&profile, &ReportOptions::from(&args.view))?, None)
 }
@@ -33,7 +34,7 @@ pub(crate) async fn record_profile(
     // Signals are caught from before attaching: one that arrives while the
     // programs attach, or right after the message below, stops the
     // recording cleanly instead of killing the process without a report.
-    let stop = crate::shutdown::on_signal()?;
+    let stop = crate::shutdown::on_signal().context("catching SIGINT and SIGTERM")?;
     let session = Session::start(opts)?;
     match duration {
         Some(d) => {
@@ -42,9 +43,9 @@ pub(crate) async fn record_profile(
         None => eprintln!("lockprof: recording with the {} backend; Ctrl-C to stop", session.backend()),
     }
     super::shutdown_or_sleep(&stop, duration.map(Duration::from_secs_f64)).await?;
-    let profile = session.finish().await?;
+    let profile = session.finish().await.context("finishing the recording")?;
     if let Some(out) = output {
-        let path = out.save(&profile)?;
+        let path = out.save(&profile).context("saving the recording")?;
         eprintln!("lockprof: recording saved to {}", path.display());
     }
     Ok(profile)

@@ -1,6 +1,8 @@
 //! `lockprof serve`: attach, drop privileges, then serve HTTP until
 //! SIGINT/SIGTERM, and detach.
 
+use anyhow::Context as _;
+
 use super::UsageError;
 use crate::{
     cli::ServeArgs,
@@ -11,9 +13,8 @@ use crate::{
 /// Runs the daemon. Attaching and dropping capabilities happen on this
 /// (only) thread; the runtime's threads start afterwards and inherit the
 /// reduced set.
-pub fn serve(args: &ServeArgs, verbose: u8) -> anyhow::Result<()> {
-    let mut opts = args.session_options()?;
-    opts.ebpf_logs = verbose > 0;
+pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let opts = args.session_options()?;
     let sopts = ServeOptions::from(args);
     // Bound before attaching: a taken port or a bad address fails at once.
     let listener = std::net::TcpListener::bind(sopts.listen)
@@ -28,18 +29,18 @@ pub fn serve(args: &ServeArgs, verbose: u8) -> anyhow::Result<()> {
     let prepared = Session::prepare(opts)?;
     let kept = serve::drop_after_attach(|| prepared.probe_map_access())?;
     log::info!("privileges after attaching: {kept}");
-    super::runtime()?.block_on(async move {
-        let stop = crate::shutdown::on_signal()?;
+    super::runtime().context("starting the async runtime")?.block_on(async move {
+        let stop = crate::shutdown::on_signal().context("catching SIGINT and SIGTERM")?;
         let mut session = prepared.start()?;
         eprintln!(
             "lockprof: serving http://{addr}/metrics and /debug/pprof/mutex with the {} backend ({kept}); Ctrl-C or SIGTERM stops",
             session.backend()
         );
-        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let listener = tokio::net::TcpListener::from_std(listener).context("registering the listening socket")?;
         let served = serve::run(listener, session.profiles(), &sopts, stop).await;
         let finished = session.finish().await;
         served?;
-        finished?;
+        finished.context("finishing the session")?;
         eprintln!("lockprof: stopped; programs detached");
         Ok(())
     })

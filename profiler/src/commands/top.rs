@@ -5,9 +5,8 @@ use std::time::Duration;
 use crate::{cli::TopArgs, session::SessionOptions};
 
 /// Runs the dashboard on the session options every recording command shares.
-pub async fn top(args: &TopArgs, verbose: u8) -> anyhow::Result<()> {
+pub async fn top(args: &TopArgs) -> anyhow::Result<()> {
     let mut opts = SessionOptions::try_from(&args.session)?;
-    opts.ebpf_logs = verbose > 0;
     opts.publish_interval = Duration::from_secs_f64(args.interval);
     crate::tui::run(opts).await
 }

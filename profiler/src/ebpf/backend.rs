@@ -7,8 +7,9 @@ use aya::{
 use profiler_common::names::prog;
 
 use super::{
-    TraceFs, TracefsError, error_chain,
-    probes::{ProbeKind, WAIT_TARGETS, program},
+    TraceFs, TracefsError,
+    attach_error::AttachError,
+    probes::{Attached, ProbeKind, WAIT_TARGETS, program},
 };
 
 /// The user's `--backend` choice.
@@ -115,27 +116,51 @@ impl WaitBackend {
     }
 }
 
+/// Why one wait backend did not attach.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendFailure {
+    /// A tracepoint program (tp_btf, classic) did not load or attach.
+    #[error(transparent)]
+    Tracepoints(#[from] AttachError),
+    /// No slowpath could be probed (each function's error is kept).
+    #[error("{0}")]
+    Slowpaths(Attached),
+}
+
+impl BackendFailure {
+    /// The verifier's logs of the failures: (program or function, log).
+    pub fn verifier_logs(&self) -> Vec<(&'static str, String)> {
+        match self {
+            BackendFailure::Tracepoints(e @ AttachError::Load { prog, .. }) => {
+                e.verifier_log().map(|l| (*prog, l)).into_iter().collect()
+            }
+            BackendFailure::Tracepoints(_) => Vec::new(),
+            BackendFailure::Slowpaths(a) => a.verifier_logs().collect(),
+        }
+    }
+}
+
 /// The `lock:contention_{end,begin}` tracepoints' tp_btf programs.
-pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), String> {
-    let btf = btf.ok_or("no kernel BTF (/sys/kernel/btf/vmlinux): tp_btf needs CONFIG_DEBUG_INFO_BTF")?;
-    for (name, tp) in [(prog::END_BTF, "contention_end"), (prog::BEGIN_BTF, "contention_begin")] {
-        let p: &mut BtfTracePoint = program(ebpf, name)?;
-        p.load(tp, btf).map_err(|e| format!("loading {name}: {}", error_chain(&e)))?;
-        p.attach().map_err(|e| format!("attaching {name}: {}", error_chain(&e)))?;
+pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), AttachError> {
+    let btf = btf.ok_or(AttachError::NoBtf)?;
+    for (prog, tp) in [(prog::END_BTF, "contention_end"), (prog::BEGIN_BTF, "contention_begin")] {
+        let p: &mut BtfTracePoint = program(ebpf, prog)?;
+        p.load(tp, btf).map_err(|error| AttachError::Load { prog, error })?;
+        p.attach().map_err(|error| AttachError::Attach { prog, target: tp.into(), error })?;
     }
     Ok(())
 }
 
 /// The same tracepoints through tracefs.
-pub(super) fn attach_tracepoint(ebpf: &mut Ebpf) -> Result<(), String> {
-    let tfs = TraceFs::find_or_mount().map_err(|e| e.to_string())?;
+pub(super) fn attach_tracepoint(ebpf: &mut Ebpf) -> Result<(), AttachError> {
+    let tfs = TraceFs::find_or_mount()?;
     if !tfs.has_lock_events() {
-        return Err(TracefsError::NoLockEvents.to_string());
+        return Err(TracefsError::NoLockEvents.into());
     }
-    for (name, tp) in [(prog::END_TP, "contention_end"), (prog::BEGIN_TP, "contention_begin")] {
-        let p: &mut TracePoint = program(ebpf, name)?;
-        p.load().map_err(|e| format!("loading {name}: {}", error_chain(&e)))?;
-        p.attach("lock", tp).map_err(|e| format!("attaching {name}: {}", error_chain(&e)))?;
+    for (prog, tp) in [(prog::END_TP, "contention_end"), (prog::BEGIN_TP, "contention_begin")] {
+        let p: &mut TracePoint = program(ebpf, prog)?;
+        p.load().map_err(|error| AttachError::Load { prog, error })?;
+        p.attach("lock", tp).map_err(|error| AttachError::Attach { prog, target: format!("lock:{tp}"), error })?;
     }
     Ok(())
 }

@@ -1,13 +1,15 @@
 //! What this kernel supports, tried for real (`lockprof doctor`).
 
 use aya::Btf;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use profiler_common::{Config, KFUNC_GET_KMEM_CACHE, Layout};
 
 use super::{
-    BackendChoice, LoadOptions, NamingMethods, Privileges, Probes, TraceFs, check_privileges,
-    load::load_slab_iter,
+    BackendChoice, LoadOptions, NamingMethods, Privileges, Probes, TraceFs,
+    btf::{BtfError, Types},
+    check_privileges, error_chain,
+    load::{KernelBtf, load_slab_iter},
     object::fresh_object,
     probes::{Attached, ProbeKind, attach_releases, attach_yield},
 };
@@ -20,8 +22,22 @@ pub struct BackendCheck {
     pub name: &'static str,
     /// Whether the programs loaded and attached.
     pub available: bool,
-    /// What was tried and the kernel's answer.
+    /// What was tried and the kernel's answer, one line.
     pub detail: String,
+    /// The verifier's logs of what it rejected (`-v` prints them under the
+    /// line), empty when it rejected nothing.
+    pub verifier_log: String,
+}
+
+impl BackendCheck {
+    fn not_tried(name: &'static str, why: &str) -> BackendCheck {
+        BackendCheck { name, available: false, detail: format!("not tried: {why}"), verifier_log: String::new() }
+    }
+}
+
+/// The verifier's logs, each under the program or function it rejected.
+fn joined_logs(logs: impl IntoIterator<Item = (&'static str, String)>) -> String {
+    logs.into_iter().map(|(f, log)| format!("{f}:\n{}\n", log.trim_end())).collect()
 }
 
 /// Facts about kallsyms.
@@ -71,11 +87,17 @@ pub struct Doctor {
     /// The kvm module is loaded (yield_to is only called by KVM).
     pub kvm_loaded: bool,
     /// `struct task_struct` offsets for naming yield targets, or why not.
-    pub task_offsets: Result<String, String>,
+    #[serde(serialize_with = "ok_or_error_text")]
+    pub task_offsets: Result<String, BtfError>,
     /// How locks are named on this kernel.
     pub naming: NamingFacts,
     /// Per lock type, whether waits can be blamed on an owner here.
     pub owners: Vec<OwnerSupport>,
+}
+
+/// `{"Ok": ...}` or `{"Err": "the error's text"}`.
+fn ok_or_error_text<S: Serializer>(r: &Result<String, BtfError>, s: S) -> Result<S::Ok, S::Error> {
+    r.as_ref().map_err(ToString::to_string).serialize(s)
 }
 
 /// Whether owners of one lock type are seen on this kernel.
@@ -153,19 +175,17 @@ pub struct NamingFacts {
 /// Which naming methods this kernel supports: offsets from BTF, the slab
 /// kfunc (bound into the object; the tp_btf check above loads it), and the
 /// slab iterator (loaded and read).
-fn naming_facts(kallsyms_data: bool) -> NamingFacts {
-    let blob = super::btf::kernel_blob().ok();
-    let types = blob.as_deref().and_then(|b| super::btf::Types::parse(b).ok());
+fn naming_facts(kallsyms_data: bool, kernel: &KernelBtf, types: Option<&Types<'_>>) -> NamingFacts {
     let config = Config {
-        layout: types.as_ref().map_or(Layout::UNKNOWN, super::btf::layout),
-        kfuncs: if types.as_ref().is_some_and(|t| t.has_func("bpf_get_kmem_cache")) { KFUNC_GET_KMEM_CACHE } else { 0 },
+        layout: types.map_or(Layout::UNKNOWN, super::btf::layout),
+        kfuncs: if types.is_some_and(|t| t.has_func("bpf_get_kmem_cache")) { KFUNC_GET_KMEM_CACHE } else { 0 },
         ..Config::default()
     };
-    let mut methods = NamingMethods::of(&config, types.as_ref());
+    let mut methods = NamingMethods::of(&config, types);
     let mut slab_caches = 0;
-    match fresh_object() {
+    match fresh_object(types) {
         Ok(mut ebpf) => {
-            if let Some(it) = load_slab_iter(&mut ebpf, &mut methods) {
+            if let Some(it) = load_slab_iter(&mut ebpf, kernel.aya.as_ref(), &mut methods) {
                 match it.read() {
                     Ok(r) => slab_caches = r.len(),
                     Err(e) => {
@@ -175,7 +195,7 @@ fn naming_facts(kallsyms_data: bool) -> NamingFacts {
                 }
             }
         }
-        Err(e) => methods.missing.push(format!("slab cache names: {e}")),
+        Err(e) => methods.missing.push(format!("slab cache names: loading the object: {}", error_chain(&e))),
     }
     if !kallsyms_data {
         methods.missing.push("global locks by symbol: kallsyms lists no data symbols (CONFIG_KALLSYMS_ALL off, or kptr_restrict); global locks are inferred from their callers".into());
@@ -242,22 +262,25 @@ fn check_kallsyms() -> (KallsymsFacts, Option<Kallsyms>) {
     }
 }
 
-fn try_wait_backend(backend: BackendChoice) -> (bool, String) {
+fn try_wait_backend(backend: BackendChoice) -> BackendCheck {
     let opts = LoadOptions { backend, holds: false, yield_to: false, ..Default::default() };
-    match Probes::load(&opts) {
+    let (available, detail, verifier_log) = match Probes::load(&opts) {
         Ok(mut p) => {
             let mut detail = "loaded and attached, then detached".to_string();
             if !p.notes().is_empty() {
                 detail = format!("{detail}; {}", p.notes().join("; "));
             }
             p.detach();
-            (true, detail)
+            (true, detail, String::new())
         }
-        Err(super::LoadError::NoBackend(tried)) => {
-            (false, tried.iter().map(|(b, e)| format!("{b}: {e}")).collect::<Vec<_>>().join("; "))
-        }
-        Err(e) => (false, e.to_string()),
-    }
+        Err(super::LoadError::NoBackend(tried)) => (
+            false,
+            tried.iter().map(|(b, e)| format!("{}: {e}", b.name())).collect::<Vec<_>>().join("; "),
+            joined_logs(tried.iter().flat_map(|(_, e)| e.verifier_logs())),
+        ),
+        Err(e) => (false, e.to_string(), String::new()),
+    };
+    BackendCheck { name: backend.name(), available, detail, verifier_log }
 }
 
 /// Attaches one kind of probes on a fresh copy of the object (dropped,
@@ -266,21 +289,24 @@ fn try_probes(
     kind: ProbeKind,
     attach: fn(&mut aya::Ebpf, ProbeKind, Option<&Btf>) -> Attached,
     what: &str,
-) -> (bool, String) {
-    let mut ebpf = match fresh_object() {
+    kernel: &KernelBtf,
+    types: Option<&Types<'_>>,
+) -> BackendCheck {
+    let check = |available, detail, verifier_log| BackendCheck { name: kind.name(), available, detail, verifier_log };
+    let mut ebpf = match fresh_object(types) {
         Ok(o) => o,
-        Err(e) => return (false, e),
+        Err(e) => return check(false, format!("loading the object: {}", error_chain(&e)), String::new()),
     };
-    let a = attach(&mut ebpf, kind, Btf::from_sys_fs().ok().as_ref());
+    let a = attach(&mut ebpf, kind, kernel.aya.as_ref());
     let mut parts = Vec::new();
     if !a.ok.is_empty() {
         parts.push(format!("{what} {}", a.ok.join(", ")));
     }
     if !a.failed.is_empty() {
         let names: Vec<&str> = a.failed.iter().map(|(f, _)| *f).collect();
-        parts.push(format!("not probed: {} ({})", names.join(", "), a.summary(kind)));
+        parts.push(format!("not probed: {} ({})", names.join(", "), a.summary()));
     }
-    (!a.ok.is_empty(), parts.join("; "))
+    check(!a.ok.is_empty(), parts.join("; "), joined_logs(a.verifier_logs()))
 }
 
 /// Runs every check.
@@ -289,28 +315,28 @@ pub fn run() -> Doctor {
     let tracefs = if privs.cap_sys_admin { TraceFs::find_or_mount().ok() } else { TraceFs::find() };
     let lock_tracepoints = tracefs.as_ref().is_some_and(TraceFs::has_lock_events);
     let (kallsyms, _) = check_kallsyms();
+    // The kernel's BTF, read once for every check below.
+    let kernel = KernelBtf::read();
+    let types = kernel.types().ok();
     let mut backends = Vec::new();
     let mut holds = Vec::new();
     let mut yields = Vec::new();
     if privs.can_trace() {
         for choice in &BackendChoice::ALL[1..] {
-            let (ok, detail) = try_wait_backend(*choice);
-            backends.push(BackendCheck { name: choice.name(), available: ok, detail });
+            backends.push(try_wait_backend(*choice));
         }
         for kind in ProbeKind::ALL {
-            let (ok, detail) = try_probes(kind, attach_releases, "releases seen through");
-            holds.push(BackendCheck { name: kind.name(), available: ok, detail });
-            let (ok, detail) = try_probes(kind, attach_yield, "probed:");
-            yields.push(BackendCheck { name: kind.name(), available: ok, detail });
+            holds.push(try_probes(kind, attach_releases, "releases seen through", &kernel, types.as_ref()));
+            yields.push(try_probes(kind, attach_yield, "probed:", &kernel, types.as_ref()));
         }
     } else {
         let why = privs.missing().unwrap_or_default();
         for name in ["tp_btf", "tracepoint", "fentry", "kprobe"] {
-            backends.push(BackendCheck { name, available: false, detail: format!("not tried: {why}") });
+            backends.push(BackendCheck::not_tried(name, &why));
         }
         for name in ["fentry", "kprobe"] {
-            holds.push(BackendCheck { name, available: false, detail: format!("not tried: {why}") });
-            yields.push(BackendCheck { name, available: false, detail: format!("not tried: {why}") });
+            holds.push(BackendCheck::not_tried(name, &why));
+            yields.push(BackendCheck::not_tried(name, &why));
         }
     }
     let avail = |n: &str| backends.iter().any(|b| b.name == n && b.available);
@@ -329,13 +355,12 @@ pub fn run() -> Doctor {
     };
     let hold_pick = holds.iter().find(|h| h.available).map(|h| h.name);
     let yield_pick = yields.iter().find(|h| h.available).map(|h| h.name);
-    let task_offsets = super::btf::kernel_task_offsets()
-        .map(|o| format!("pid at {}, tgid at {}, comm at {}", o.pid, o.tgid, o.comm))
-        .map_err(|e| e.to_string());
-    let naming = naming_facts(kallsyms.data_symbols > 0);
+    let task_offsets = kernel
+        .types()
+        .and_then(|t| super::btf::task_offsets(&t))
+        .map(|o| format!("pid at {}, tgid at {}, comm at {}", o.pid, o.tgid, o.comm));
+    let naming = naming_facts(kallsyms.data_symbols > 0, &kernel, types.as_ref());
     let owners = {
-        let blob = super::btf::kernel_blob().ok();
-        let types = blob.as_deref().and_then(|b| super::btf::Types::parse(b).ok());
         let layout = types.as_ref().map_or(Layout::UNKNOWN, super::btf::layout);
         let rdonly = types.as_ref().is_some_and(|t| t.has_func("bpf_rdonly_cast"));
         owner_support(&layout, rdonly, hold_pick)

@@ -4,7 +4,9 @@
 use aya::{Btf, Ebpf, EbpfLoader, maps::PerCpuArray, programs::BtfTracePoint};
 use profiler_common::names::floor;
 
-use super::{LoadError, check_privileges, error_chain, object::bump_memlock, object_bytes, probes::program};
+use super::{
+    AttachError, LoadError, WaitBackend, check_privileges, object::bump_memlock, object_bytes, probes::program,
+};
 
 /// The counting-only tp_btf programs, attached.
 pub struct FloorProbes {
@@ -19,12 +21,12 @@ impl FloorProbes {
         }
         bump_memlock();
         let mut ebpf = EbpfLoader::new().load(object_bytes()).map_err(|e| LoadError::Object(Box::new(e)))?;
-        let fail = |e: String| LoadError::NoBackend(vec![("floor".into(), e)]);
-        let btf = Btf::from_sys_fs().map_err(|e| fail(e.to_string()))?;
-        for (name, tp) in [(floor::END_BTF, "contention_end"), (floor::BEGIN_BTF, "contention_begin")] {
-            let p: &mut BtfTracePoint = program(&mut ebpf, name).map_err(fail)?;
-            p.load(tp, &btf).map_err(|e| fail(error_chain(&e)))?;
-            p.attach().map_err(|e| fail(error_chain(&e)))?;
+        let fail = |e: AttachError| LoadError::NoBackend(vec![(WaitBackend::TpBtf, e.into())]);
+        let btf = Btf::from_sys_fs().map_err(|_| fail(AttachError::NoBtf))?;
+        for (prog, tp) in [(floor::END_BTF, "contention_end"), (floor::BEGIN_BTF, "contention_begin")] {
+            let p: &mut BtfTracePoint = program(&mut ebpf, prog).map_err(fail)?;
+            p.load(tp, &btf).map_err(|error| fail(AttachError::Load { prog, error }))?;
+            p.attach().map_err(|error| fail(AttachError::Attach { prog, target: tp.into(), error }))?;
         }
         Ok(FloorProbes { ebpf })
     }

@@ -1,28 +1,32 @@
-//! `Probes`: the object loaded and attached in phases (holds first, so that
-//! hold tracking is on before the first wait ends; then yield_to; then the
-//! first wait backend that attaches), and the maps handed to the session.
+//! `Probes`: the object loaded and attached in phases, like perf's
+//! `bpf_lock_contention.c`: the kernel's BTF read once; the object loaded
+//! (offsets, kfuncs, map sizes); the filters set; then each family attached
+//! (holds first, so that hold tracking is on before the first wait ends;
+//! then yield_to; then the first wait backend that attaches); then the lock
+//! naming methods; and the maps handed to the session.
 
 use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 
 use aya::{
-    Btf, Ebpf,
+    Btf, Ebpf, Endianness,
     maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::Iter,
 };
 use profiler_common::{
-    TaskOffsets,
+    Config, TaskOffsets,
     names::{map, prog},
 };
 
 use super::{
     AggMaps, KernelCounters, KernelStacks, LoadOptions, PendingMaps, TracefsError, WaitBackend,
-    backend::{attach_tp_btf, attach_tracepoint},
+    attach_error::AttachError,
+    backend::{BackendFailure, attach_tp_btf, attach_tracepoint},
     btf::{BtfError, Types},
     check_privileges,
     identities::{KernelIdentities, NamingMethods},
     object::{bump_memlock, load_object},
     probes::{
-        ProbeKind, attach_releases, attach_waits, attach_yield, program, release_programs, unload_named,
+        Attached, ProbeKind, attach_releases, attach_waits, attach_yield, program, release_programs, unload_named,
         unload_program, yield_programs,
     },
     slabs::SlabIter,
@@ -41,8 +45,8 @@ pub enum LoadError {
     #[error(transparent)]
     Tracefs(#[from] TracefsError),
     /// No backend could be attached; each attempt and its error is listed.
-    #[error("no wait backend could be attached ({}); `lockprof doctor` shows what this kernel supports", .0.iter().map(|(b, e)| format!("{b}: {e}")).collect::<Vec<_>>().join("; "))]
-    NoBackend(Vec<(String, String)>),
+    #[error("no wait backend could be attached ({}); `lockprof doctor` shows what this kernel supports", .0.iter().map(|(b, e)| format!("{}: {e}", b.name())).collect::<Vec<_>>().join("; "))]
+    NoBackend(Vec<(WaitBackend, BackendFailure)>),
     /// A map is missing or has an unexpected type.
     #[error("eBPF map {name}: {detail}")]
     Map {
@@ -58,7 +62,7 @@ pub enum LoadError {
 pub struct Unavailable {
     /// One short clause a user can act on.
     pub reason: String,
-    /// Every attempt and the kernel's answer (shown with `-v` and by `doctor`).
+    /// Every attempt and the kernel's answer, one line (logged with `-v`).
     pub detail: String,
 }
 
@@ -69,18 +73,49 @@ pub struct Probes {
     hold: Result<ProbeKind, Unavailable>,
     yield_kind: Result<ProbeKind, Unavailable>,
     notes: Vec<String>,
-    naming: NamingMethods,
     slabs: Option<SlabIter>,
     blob: Option<Vec<u8>>,
 }
 
+/// The running kernel's BTF, read once: the raw bytes (lockprof's own
+/// reader, [`Types`], and the identities' member paths) and aya's parse of
+/// the same bytes (loading fentry, fexit, tp_btf and iterator programs).
+pub(super) struct KernelBtf {
+    /// The bytes, or why they could not be read.
+    pub blob: Result<Vec<u8>, BtfError>,
+    /// aya's parse, when the bytes were read and parse.
+    pub aya: Option<Btf>,
+}
+
+impl KernelBtf {
+    /// Reads /sys/kernel/btf/vmlinux.
+    pub fn read() -> KernelBtf {
+        let blob = super::btf::kernel_blob();
+        let aya = blob.as_deref().ok().and_then(|b| match Btf::parse(b, Endianness::default()) {
+            Ok(btf) => Some(btf),
+            Err(e) => {
+                log::info!("aya cannot parse the kernel BTF ({e}): no tp_btf, fentry or iterator programs");
+                None
+            }
+        });
+        KernelBtf { blob, aya }
+    }
+
+    /// lockprof's reader over the bytes.
+    pub fn types(&self) -> Result<Types<'_>, BtfError> {
+        self.blob.as_deref().map_err(Clone::clone).and_then(Types::parse)
+    }
+}
+
 /// Loads the `kmem_cache` iterator when the kernel has it (6.13+).
-pub(super) fn load_slab_iter(ebpf: &mut Ebpf, naming: &mut NamingMethods) -> Option<SlabIter> {
-    let r = (|| -> Result<SlabIter, String> {
-        let btf = Btf::from_sys_fs().map_err(|e| e.to_string())?;
-        let p: &mut Iter = program(ebpf, prog::SLAB_CACHES)?;
-        p.load("kmem_cache", &btf).map_err(|e| super::error_chain(&e))?;
-        let fd = p.fd().map_err(|e| e.to_string())?.try_clone().map_err(|e| e.to_string())?;
+pub(super) fn load_slab_iter(ebpf: &mut Ebpf, btf: Option<&Btf>, naming: &mut NamingMethods) -> Option<SlabIter> {
+    let r = (|| -> Result<SlabIter, AttachError> {
+        let btf = btf.ok_or(AttachError::NoBtf)?;
+        let prog = prog::SLAB_CACHES;
+        let p: &mut Iter = program(ebpf, prog)?;
+        p.load("kmem_cache", btf).map_err(|error| AttachError::Load { prog, error })?;
+        let fd = p.fd().map_err(|error| AttachError::Load { prog, error })?;
+        let fd = fd.try_clone().map_err(|error| AttachError::Fd { prog, error })?;
         Ok(SlabIter::new(fd))
     })();
     match r {
@@ -91,6 +126,9 @@ pub(super) fn load_slab_iter(ebpf: &mut Ebpf, naming: &mut NamingMethods) -> Opt
         Err(e) => {
             naming.slab_iterator = false;
             naming.missing.push(format!("slab cache names: the kmem_cache iterator does not load (6.13+): {e}"));
+            if let Some(log) = e.verifier_log() {
+                log::info!("the kmem_cache iterator's verifier log:\n{log}");
+            }
             None
         }
     }
@@ -107,8 +145,29 @@ fn set_flag(ebpf: &mut Ebpf, name: &'static str) -> Result<(), LoadError> {
 }
 
 /// `fentry (why) or kprobe (why)`: the probe kinds tried and the short reasons.
-fn by_kinds(tried: &[(ProbeKind, super::probes::Attached)]) -> String {
-    tried.iter().map(|(k, a)| format!("{} ({})", k.name(), a.reason(*k))).collect::<Vec<_>>().join(" or ")
+fn by_kinds(tried: &[Attached]) -> String {
+    tried.iter().map(|a| format!("{} ({})", a.kind.name(), a.reason())).collect::<Vec<_>>().join(" or ")
+}
+
+/// Logs (with `-v`) the verifier's logs of failed attempts.
+fn log_verifier(what: &str, logs: impl IntoIterator<Item = (&'static str, String)>) {
+    for (f, log) in logs {
+        log::info!("{what}: the verifier's log for {f}:\n{log}");
+    }
+}
+
+/// Why a family was not probed, from the kinds tried; the details and the
+/// verifier's logs are logged (`-v`).
+fn unavailable(what: &str, tried: &[Attached]) -> Unavailable {
+    let u = Unavailable {
+        reason: format!("{what} cannot be probed by {}", by_kinds(tried)),
+        detail: tried.iter().map(|a| format!("{}: {a}", a.kind.name())).collect::<Vec<_>>().join("; "),
+    };
+    log::info!("{}: {}", u.reason, u.detail);
+    for a in tried {
+        log_verifier(what, a.verifier_logs());
+    }
+    u
 }
 
 /// Release probes, fentry then kprobe: the kind attached, or why none did.
@@ -118,7 +177,7 @@ fn attach_holds(ebpf: &mut Ebpf, btf: Option<&Btf>, notes: &mut Vec<String>) -> 
         let a = attach_releases(ebpf, kind, btf);
         if a.ok.is_empty() {
             unload_named(ebpf, release_programs());
-            tried.push((kind, a));
+            tried.push(a);
             continue;
         }
         for (f, e) in &a.failed {
@@ -127,16 +186,14 @@ fn attach_holds(ebpf: &mut Ebpf, btf: Option<&Btf>, notes: &mut Vec<String>) -> 
                 kind.name()
             ));
         }
+        log_verifier("hold times", a.verifier_logs());
+        for t in &tried {
+            log::info!("hold times: not with {}: {t}", t.kind.name());
+            log_verifier("hold times", t.verifier_logs());
+        }
         return Ok(kind);
     }
-    Err(Unavailable {
-        reason: format!("release functions cannot be probed by {}", by_kinds(&tried)),
-        detail: tried
-            .iter()
-            .map(|(k, a)| format!("hold/{}: {}", k.name(), a.summary(*k)))
-            .collect::<Vec<_>>()
-            .join("; "),
-    })
+    Err(unavailable("release functions", &tried))
 }
 
 /// yield_to probes, fentry then kprobe (or only `only`).
@@ -161,12 +218,9 @@ fn attach_yields(
             return Ok(kind);
         }
         unload_named(ebpf, yield_programs(kind));
-        tried.push((kind, a));
+        tried.push(a);
     }
-    Err(Unavailable {
-        reason: format!("yield_to cannot be probed by {}", by_kinds(&tried)),
-        detail: tried.iter().map(|(k, a)| format!("{}: {}", k.name(), a.summary(*k))).collect::<Vec<_>>().join("; "),
-    })
+    Err(unavailable("yield_to", &tried))
 }
 
 /// Attaches one wait backend, noting functions that did not attach.
@@ -175,21 +229,85 @@ fn attach_backend(
     backend: WaitBackend,
     btf: Option<&Btf>,
     notes: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<(), BackendFailure> {
     match backend.probe_kind() {
-        None if backend == WaitBackend::TpBtf => attach_tp_btf(ebpf, btf),
-        None => attach_tracepoint(ebpf),
+        None if backend == WaitBackend::TpBtf => Ok(attach_tp_btf(ebpf, btf)?),
+        None => Ok(attach_tracepoint(ebpf)?),
         Some(kind) => {
             let a = attach_waits(ebpf, kind, btf);
             if a.ok.is_empty() {
-                return Err(a.summary(kind));
+                return Err(BackendFailure::Slowpaths(a));
             }
             for (f, e) in &a.failed {
                 notes.push(format!("waits: {f} cannot be probed with {} ({e})", kind.name()));
             }
+            log_verifier("waits", a.verifier_logs());
             Ok(())
         }
     }
+}
+
+/// The first wait backend of `opts` that attaches; the others are unloaded.
+fn attach_wait_backend(
+    ebpf: &mut Ebpf,
+    opts: &LoadOptions,
+    btf: Option<&Btf>,
+    notes: &mut Vec<String>,
+) -> Result<WaitBackend, LoadError> {
+    let mut attempts = Vec::new();
+    for &backend in opts.backend.order() {
+        match attach_backend(ebpf, backend, btf, notes) {
+            Ok(()) => {
+                log::info!("attached the {} wait backend", backend.name());
+                for (b, e) in &attempts {
+                    log::info!("{} backend unavailable: {e}", WaitBackend::name(*b));
+                    log_verifier(b.name(), BackendFailure::verifier_logs(e));
+                }
+                return Ok(backend);
+            }
+            Err(e) => {
+                unload_named(ebpf, backend.programs());
+                attempts.push((backend, e));
+            }
+        }
+    }
+    for (b, e) in &attempts {
+        log_verifier(b.name(), e.verifier_logs());
+    }
+    Err(LoadError::NoBackend(attempts))
+}
+
+/// The process filter.
+fn set_filters(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<(), LoadError> {
+    if opts.tgids.is_empty() {
+        return Ok(());
+    }
+    let m =
+        ebpf.map_mut(map::TGID_FILTER).ok_or(LoadError::Map { name: map::TGID_FILTER, detail: "missing".into() })?;
+    let mut filter: HashMap<_, u32, u8> = HashMap::try_from(m).map_err(map_err(map::TGID_FILTER))?;
+    for tgid in &opts.tgids {
+        filter.insert(tgid, 1, 0).map_err(map_err(map::TGID_FILTER))?;
+    }
+    Ok(())
+}
+
+/// How locks are named with what attached: the methods the object's
+/// configuration allows, the slab iterator, and the slab kfunc only where
+/// the wait backend may call kfuncs.
+fn naming(
+    ebpf: &mut Ebpf,
+    config: &Config,
+    types: Option<&Types<'_>>,
+    btf: Option<&Btf>,
+    backend: WaitBackend,
+) -> (NamingMethods, Option<SlabIter>) {
+    let mut naming = NamingMethods::of(config, types);
+    let slabs = load_slab_iter(ebpf, btf, &mut naming);
+    if naming.slab_kfunc && backend != WaitBackend::TpBtf && backend.probe_kind() != Some(ProbeKind::Fentry) {
+        naming.slab_kfunc = false;
+        naming.missing.push(format!("slab caches: the {} backend cannot call kfuncs", backend.name()));
+    }
+    (naming, slabs)
 }
 
 impl Probes {
@@ -199,9 +317,9 @@ impl Probes {
             return Err(LoadError::Privileges(msg));
         }
         bump_memlock();
-        // The kernel's BTF, parsed once: offsets, kfunc ids.
-        let blob = super::btf::kernel_blob();
-        let types = blob.as_deref().map_err(Clone::clone).and_then(Types::parse);
+        // The object: the kernel's BTF, read once, gives the offsets and kfunc ids.
+        let kernel = KernelBtf::read();
+        let types = kernel.types();
         if let Err(e) = &types {
             log::info!("kernel BTF unavailable ({e}): no yield_to target names, no kernel-confirmed lock names");
         }
@@ -213,23 +331,13 @@ impl Probes {
         let known = task_offsets.as_ref().and_then(|r| r.as_ref().ok()).copied();
         let (mut ebpf, config) =
             load_object(opts, known, types.as_ref()).map_err(|e| LoadError::Object(Box::new(e)))?;
-        let mut naming = NamingMethods::of(&config, types.as_ref());
-        let slabs = load_slab_iter(&mut ebpf, &mut naming);
-        let blob = blob.ok().filter(|_| naming.struct_fields);
-        if !opts.tgids.is_empty() {
-            let m = ebpf
-                .map_mut(map::TGID_FILTER)
-                .ok_or(LoadError::Map { name: map::TGID_FILTER, detail: "missing".into() })?;
-            let mut filter: HashMap<_, u32, u8> = HashMap::try_from(m).map_err(map_err(map::TGID_FILTER))?;
-            for tgid in &opts.tgids {
-                filter.insert(tgid, 1, 0).map_err(map_err(map::TGID_FILTER))?;
-            }
-        }
+        set_filters(&mut ebpf, opts)?;
 
-        let btf = Btf::from_sys_fs().ok();
+        // Each family: holds, yield_to, then the wait backend.
+        let btf = kernel.aya.as_ref();
         let mut notes = Vec::new();
         let hold = if opts.holds {
-            attach_holds(&mut ebpf, btf.as_ref(), &mut notes)
+            attach_holds(&mut ebpf, btf, &mut notes)
         } else {
             Err(Unavailable { reason: "hold timing was turned off (--no-holds)".into(), detail: String::new() })
         };
@@ -237,40 +345,22 @@ impl Probes {
             set_flag(&mut ebpf, map::HOLD_ON)?;
         }
         let yield_kind = match &task_offsets {
-            Some(offsets) => attach_yields(&mut ebpf, btf.as_ref(), opts.yield_probe, offsets, &mut notes),
+            Some(offsets) => attach_yields(&mut ebpf, btf, opts.yield_probe, offsets, &mut notes),
             None => Err(Unavailable {
                 reason: "yield_to profiling was turned off (--no-yield-to)".into(),
                 detail: String::new(),
             }),
         };
-        let mut attempts = Vec::new();
-        for &backend in opts.backend.order() {
-            match attach_backend(&mut ebpf, backend, btf.as_ref(), &mut notes) {
-                Ok(()) => {
-                    log::info!("attached the {} wait backend", backend.name());
-                    for (b, e) in &attempts {
-                        log::info!("{b} backend unavailable: {e}");
-                    }
-                    for n in &notes {
-                        log::info!("{n}");
-                    }
-                    if naming.slab_kfunc
-                        && backend != WaitBackend::TpBtf
-                        && backend.probe_kind() != Some(ProbeKind::Fentry)
-                    {
-                        naming.slab_kfunc = false;
-                        naming.missing.push(format!("slab caches: the {} backend cannot call kfuncs", backend.name()));
-                    }
-                    notes.extend(naming.missing.iter().map(|m| format!("lock naming: {m}")));
-                    return Ok(Probes { ebpf, backend, hold, yield_kind, notes, naming, slabs, blob });
-                }
-                Err(e) => {
-                    unload_named(&mut ebpf, backend.programs());
-                    attempts.push((backend.name().to_string(), e));
-                }
-            }
+        let backend = attach_wait_backend(&mut ebpf, opts, btf, &mut notes)?;
+
+        // Naming, with what attached.
+        let (naming, slabs) = naming(&mut ebpf, &config, types.as_ref(), btf, backend);
+        notes.extend(naming.missing.iter().map(|m| format!("lock naming: {m}")));
+        for n in &notes {
+            log::info!("{n}");
         }
-        Err(LoadError::NoBackend(attempts))
+        let blob = kernel.blob.ok().filter(|_| naming.struct_fields);
+        Ok(Probes { ebpf, backend, hold, yield_kind, notes, slabs, blob })
     }
 
     /// The attached backend.
@@ -325,11 +415,6 @@ impl Probes {
     /// Takes the counters (once).
     pub fn take_counters(&mut self) -> Result<KernelCounters, LoadError> {
         Ok(KernelCounters::new(PerCpuArray::try_from(self.take(map::COUNTERS)?).map_err(map_err(map::COUNTERS))?))
-    }
-
-    /// How lock identities are found on this kernel.
-    pub fn naming(&self) -> &NamingMethods {
-        &self.naming
     }
 
     /// Takes the lock identities (once): the programs' map, the slab

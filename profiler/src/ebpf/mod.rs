@@ -4,6 +4,7 @@
 //! then a wait backend, tried in order), [`maps`] owns the maps userspace
 //! services while recording, [`features`] tries everything for `doctor`.
 
+mod attach_error;
 mod backend;
 pub mod btf;
 mod caps;
@@ -19,7 +20,8 @@ pub mod probes;
 mod slabs;
 mod tracefs;
 
-pub use backend::{BackendChoice, WaitBackend};
+pub use attach_error::{AttachError, Cause};
+pub use backend::{BackendChoice, BackendFailure, WaitBackend};
 pub use caps::{Privileges, check_privileges};
 #[cfg(feature = "bench")]
 pub use floor::FloorProbes;

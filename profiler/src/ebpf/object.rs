@@ -108,12 +108,8 @@ pub(super) fn load_object(
 /// A fresh copy of the object with default knobs and this kernel's offsets
 /// and kfuncs, for one `doctor` check (dropping it detaches and unloads what
 /// the check attached).
-pub(super) fn fresh_object() -> Result<Ebpf, String> {
-    let blob = super::btf::kernel_blob().ok();
-    let types = blob.as_deref().and_then(|b| Types::parse(b).ok());
-    load_object(&LoadOptions::default(), None, types.as_ref())
-        .map(|(ebpf, _)| ebpf)
-        .map_err(|e| format!("loading the object: {}", super::error_chain(&e)))
+pub(super) fn fresh_object(types: Option<&Types<'_>>) -> Result<Ebpf, aya::EbpfError> {
+    load_object(&LoadOptions::default(), None, types).map(|(ebpf, _)| ebpf)
 }
 
 /// Raises RLIMIT_MEMLOCK for kernels without memcg accounting of BPF memory.

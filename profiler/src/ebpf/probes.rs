@@ -9,7 +9,7 @@ use aya::{
 };
 use profiler_common::names::prog;
 
-use super::error_chain;
+use super::attach_error::AttachError;
 
 /// A probed slowpath and the programs for it.
 pub struct WaitTarget {
@@ -142,38 +142,26 @@ impl ProbeKind {
     }
 }
 
-/// Why a probe failed, in words a user can act on: (short, explained).
-pub fn hint(kind: ProbeKind, e: &str) -> (&'static str, &'static str) {
-    if e.contains("kprobe/type") {
-        ("no kprobes", "no kprobe PMU: the kernel was built without CONFIG_KPROBES")
-    } else if kind == ProbeKind::Fentry && e.contains("Operation not permitted") {
-        (
-            "BPF trampolines refused",
-            "the kernel refused a BPF trampoline: fentry/fexit need CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS, and lockdown or the hypervisor may forbid them",
-        )
-    } else if e.contains("No such file or directory") || e.contains("not found") {
-        ("function not in this kernel", "the function is not in this kernel (renamed or inlined)")
-    } else {
-        ("", "")
-    }
-}
-
-/// What attached and what did not.
-#[derive(Debug, Default)]
+/// What attached with one probe kind and what did not.
+#[derive(Debug)]
 pub struct Attached {
+    /// How the functions were probed.
+    pub kind: ProbeKind,
     /// Functions probed.
     pub ok: Vec<&'static str>,
     /// (function, why not).
-    pub failed: Vec<(&'static str, String)>,
+    pub failed: Vec<(&'static str, AttachError)>,
 }
 
 impl Attached {
+    fn new(kind: ProbeKind) -> Attached {
+        Attached { kind, ok: Vec::new(), failed: Vec::new() }
+    }
+
     /// One line: how many functions failed, the first error, and what it means.
-    pub fn summary(&self, kind: ProbeKind) -> String {
+    pub fn summary(&self) -> String {
         let Some((f, e)) = self.failed.first() else { return String::new() };
-        let (_, h) = hint(kind, e);
-        let hint = if h.is_empty() { String::new() } else { format!(" ({h})") };
-        let e = e.trim_end_matches(". Verifier output: ").trim_end_matches(" Verifier output:").trim_end();
+        let hint = e.cause(self.kind).map_or(String::new(), |c| format!(" ({})", c.explained()));
         if self.failed.len() == 1 {
             format!("{f}: {e}{hint}")
         } else {
@@ -181,27 +169,35 @@ impl Attached {
         }
     }
 
-    /// The short reason: the hint of the first failure, or its error.
-    pub fn reason(&self, kind: ProbeKind) -> String {
+    /// The short reason: the cause of the first failure, or its error.
+    pub fn reason(&self) -> String {
         match self.failed.first() {
-            Some((_, e)) => match hint(kind, e) {
-                ("", _) => e.clone(),
-                (h, _) => h.to_string(),
-            },
+            Some((_, e)) => e.cause(self.kind).map_or_else(|| e.to_string(), |c| c.short().to_string()),
             None => String::new(),
         }
+    }
+
+    /// The verifier's logs of the failures: (function, log).
+    pub fn verifier_logs(&self) -> impl Iterator<Item = (&'static str, String)> + '_ {
+        self.failed.iter().filter_map(|(f, e)| e.verifier_log().map(|l| (*f, l)))
+    }
+}
+
+impl std::fmt::Display for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary())
     }
 }
 
 /// Program `name` of the object as its concrete type.
-pub(super) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+pub(super) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, AttachError>
 where
     &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
 {
     ebpf.program_mut(name)
-        .ok_or_else(|| format!("program {name} missing from the object"))?
+        .ok_or(AttachError::Missing(name))?
         .try_into()
-        .map_err(|e: ProgramError| format!("{name}: {e}"))
+        .map_err(|error: ProgramError| AttachError::WrongType { prog: name, error })
 }
 
 /// Detaches and unloads one program (a no-op when it was not loaded).
@@ -254,44 +250,44 @@ fn suffixed_variant(func: &str) -> Option<&'static str> {
 
 /// Loads kprobe program `prog` (once: one program serves several functions)
 /// and attaches it to `func`, or to its suffixed clone when only that exists.
-fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, func: &str) -> Result<(), String> {
+fn attach_kprobe(ebpf: &mut Ebpf, prog: &'static str, func: &str) -> Result<(), AttachError> {
     let p: &mut KProbe = program(ebpf, prog)?;
     if p.fd().is_err() {
-        p.load().map_err(|e| format!("loading {prog}: {}", error_chain(&e)))?;
+        p.load().map_err(|error| AttachError::Load { prog, error })?;
     }
-    match p.attach(func, 0) {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let msg = error_chain(&e);
-            match suffixed_variant(func).filter(|_| msg.contains("No such file or directory")) {
-                Some(clone) => p.attach(clone, 0).map(drop).map_err(|e| format!("{clone}: {}", error_chain(&e))),
-                None => Err(msg),
-            }
-        }
+    let attach = |p: &mut KProbe, target: &str| {
+        p.attach(target, 0).map(drop).map_err(|error| AttachError::Attach { prog, target: target.into(), error })
+    };
+    match attach(p, func) {
+        Err(e) if e.os_error() == Some(libc::ENOENT) => match suffixed_variant(func) {
+            Some(clone) => attach(p, clone),
+            None => Err(e),
+        },
+        r => r,
     }
 }
 
 /// Loads fentry program `prog` for `func` and attaches it.
-fn attach_fentry(ebpf: &mut Ebpf, prog: &str, func: &str, btf: &Btf) -> Result<(), String> {
+fn attach_fentry(ebpf: &mut Ebpf, prog: &'static str, func: &str, btf: &Btf) -> Result<(), AttachError> {
     let p: &mut FEntry = program(ebpf, prog)?;
-    p.load(func, btf).map_err(|e| format!("loading fentry: {}", error_chain(&e)))?;
-    p.attach().map(drop).map_err(|e| format!("attaching fentry: {}", error_chain(&e)))
+    p.load(func, btf).map_err(|error| AttachError::Load { prog, error })?;
+    p.attach().map(drop).map_err(|error| AttachError::Attach { prog, target: func.into(), error })
 }
 
 /// Loads fexit program `prog` for `func` and attaches it.
-fn attach_fexit(ebpf: &mut Ebpf, prog: &str, func: &str, btf: &Btf) -> Result<(), String> {
+fn attach_fexit(ebpf: &mut Ebpf, prog: &'static str, func: &str, btf: &Btf) -> Result<(), AttachError> {
     let p: &mut FExit = program(ebpf, prog)?;
-    p.load(func, btf).map_err(|e| format!("loading fexit: {}", error_chain(&e)))?;
-    p.attach().map(drop).map_err(|e| format!("attaching fexit: {}", error_chain(&e)))
+    p.load(func, btf).map_err(|error| AttachError::Load { prog, error })?;
+    p.attach().map(drop).map_err(|error| AttachError::Attach { prog, target: func.into(), error })
 }
 
-fn need_btf(btf: Option<&Btf>) -> Result<&Btf, String> {
-    btf.ok_or_else(|| "no kernel BTF (/sys/kernel/btf/vmlinux)".to_string())
+fn need_btf(btf: Option<&Btf>) -> Result<&Btf, AttachError> {
+    btf.ok_or(AttachError::NoBtf)
 }
 
 /// Attaches the slowpath wait programs.
 pub fn attach_waits(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
-    let mut out = Attached::default();
+    let mut out = Attached::new(kind);
     for t in WAIT_TARGETS {
         let ret = if t.spinning { prog::KRP_SPIN } else { prog::KRP_SLEEP };
         // Return probe first, so that no entry is left without its return.
@@ -311,7 +307,7 @@ pub fn attach_waits(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Atta
 
 /// Attaches the release (hold) programs.
 pub fn attach_releases(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
-    let mut out = Attached::default();
+    let mut out = Attached::new(kind);
     for (func, fentry) in RELEASE_TARGETS {
         let r = match kind {
             ProbeKind::Kprobe => attach_kprobe(ebpf, prog::KP_RELEASE, func),
@@ -351,8 +347,10 @@ pub fn attach_yield(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Atta
             attach_fexit(ebpf, ret, YIELD_FUNC, btf).and_then(|()| attach_fentry(ebpf, entry, YIELD_FUNC, btf))
         }),
     };
+    let mut out = Attached::new(kind);
     match r {
-        Ok(()) => Attached { ok: vec![YIELD_FUNC], failed: Vec::new() },
-        Err(e) => Attached { ok: Vec::new(), failed: vec![(YIELD_FUNC, e)] },
+        Ok(()) => out.ok.push(YIELD_FUNC),
+        Err(e) => out.failed.push((YIELD_FUNC, e)),
     }
+    out
 }

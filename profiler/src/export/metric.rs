@@ -5,6 +5,18 @@
 use super::SampleTypes;
 use crate::model::Profile;
 
+/// A `?metric=` value that is not a served [`Metric`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metric must be wait, hold, count or blame, not {0:?}")]
+pub struct UnknownMetric(pub String);
+
+/// The text of a 400 answer.
+impl From<UnknownMetric> for String {
+    fn from(e: UnknownMetric) -> String {
+        e.to_string()
+    }
+}
+
 /// What a frame's width (or a sample's value) means.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum Metric {
@@ -41,11 +53,8 @@ impl Metric {
     }
 
     /// Parses a served metric's name (`?metric=`); the error is one line for a 400.
-    pub fn parse(s: &str) -> Result<Metric, String> {
-        Metric::SERVED
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("metric must be wait, hold, count or blame, not {s:?}"))
+    pub fn parse(s: &str) -> Result<Metric, UnknownMetric> {
+        Metric::SERVED.into_iter().find(|m| m.name() == s).ok_or_else(|| UnknownMetric(s.to_string()))
     }
 
     /// Unit of the weights.

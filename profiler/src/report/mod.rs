@@ -28,9 +28,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// Every format.
-    pub const ALL: [Format; 4] = [Format::Text, Format::Json, Format::Csv, Format::Pprof];
-
     /// Stable name.
     pub fn name(self) -> &'static str {
         match self {
@@ -61,9 +58,6 @@ pub enum By {
 }
 
 impl By {
-    /// Every grouping.
-    pub const ALL: [By; 6] = [By::Lock, By::Caller, By::Owner, By::Task, By::YieldCaller, By::YieldPair];
-
     /// Stable name.
     pub fn name(self) -> &'static str {
         match self {

@@ -55,7 +55,7 @@ fn metrics_parse_and_give_one_value_per_sample_type() {
     assert_eq!(ProfileMetric::parse("wait"), Ok(ProfileMetric::Wait));
     assert_eq!(ProfileMetric::parse("count"), Ok(ProfileMetric::Count));
     assert_eq!(ProfileMetric::parse("blame"), Ok(ProfileMetric::Blame));
-    assert!(ProfileMetric::parse("Wait").is_err_and(|e| e.contains("wait, hold, count or blame")));
+    assert!(ProfileMetric::parse("Wait").is_err_and(|e| e.to_string().contains("wait, hold, count or blame")));
     assert!(ProfileMetric::parse("yield").is_err(), "yield_to latency is not served");
     let v = Values { count: 3, wait_ns: 30, hold_count: 1, hold_ns: 7, blame_count: 2, blame_ns: 20 };
     assert_eq!(ProfileMetric::Wait.values(&v), [3, 30]);

@@ -18,9 +18,6 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// Both modes.
-    pub const ALL: [Mode; 2] = [Mode::Aggregate, Mode::Stream];
-
     /// Stable name.
     pub fn name(self) -> &'static str {
         match self {

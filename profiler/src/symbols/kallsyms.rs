@@ -141,11 +141,6 @@ impl Kallsyms {
         self.text.len()
     }
 
-    /// Whether data symbols are plentiful enough to name locks (KALLSYMS_ALL).
-    pub fn has_data_symbols(&self) -> bool {
-        self.data.len() > 1000
-    }
-
     /// Address of a symbol (text or data) by name; a linear scan, for rare use.
     pub fn address_of(&self, name: &str) -> Option<u64> {
         self.text
@@ -207,7 +202,6 @@ garbage line
         let ks = fixture();
         assert_eq!(ks.data_symbol(0xffffffff82a00000), Some("tasklist_lock"));
         assert_eq!(ks.data_symbol(0xffffffff82a00008), None);
-        assert!(!ks.has_data_symbols());
         assert_eq!(ks.address_of("tasklist_lock"), Some(0xffffffff82a00000));
         assert_eq!(ks.address_of("copy_process"), Some(0xffffffff8135d6d0));
         assert_eq!(ks.address_of("nope"), None);

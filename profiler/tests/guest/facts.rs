@@ -53,7 +53,8 @@ fn trampolines_refused() -> Option<String> {
     let mut ebpf = aya::EbpfLoader::new().load(lockprof::ebpf::object_bytes()).ok()?;
     let btf = aya::Btf::from_sys_fs().ok();
     let a = lockprof::ebpf::probes::attach_releases(&mut ebpf, lockprof::ebpf::probes::ProbeKind::Fentry, btf.as_ref());
-    let refused = a.ok.is_empty() && a.failed.iter().all(|(_, e)| e.contains("Operation not permitted"));
+    let refused = a.ok.is_empty()
+        && a.failed.iter().all(|(_, e)| e.cause(a.kind) == Some(lockprof::ebpf::Cause::TrampolinesRefused));
     refused.then(|| format!("the kernel refuses BPF trampolines (EPERM: {})", a.failed.first().map_or("", |(f, _)| f)))
 }
 

@@ -9,6 +9,7 @@
 
 mod checks;
 mod facts;
+mod hold_backend;
 mod until;
 mod yields;
 
@@ -371,6 +372,7 @@ fn main() {
         .or_else(|| f.slowpath_missing(BackendChoice::Fentry, Family::Rwlock));
     trials.push(trial("kprobe_vs_fentry".into(), both, agreement));
     trials.extend(yield_trials(f));
+    trials.extend(hold_backend::trials(f));
     let kprobes = f.kprobes;
     trials.push(trial("nothing_left_attached".into(), None, move || detached(kprobes)));
     let conclusion = libtest_mimic::run(&args, trials);

@@ -71,11 +71,6 @@ pub fn kernel_blob() -> Result<Vec<u8>, BtfError> {
     std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| BtfError::Io(e.to_string()))
 }
 
-/// The running kernel's `struct task_struct` offsets.
-pub fn kernel_task_offsets() -> Result<TaskOffsets, BtfError> {
-    task_offsets(&Types::parse(&kernel_blob()?)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::{super::types::build::Blob, *};

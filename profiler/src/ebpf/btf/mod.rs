@@ -8,5 +8,5 @@ mod layout;
 mod types;
 
 pub use fields::{field_path, slab_struct};
-pub use layout::{kernel_blob, kernel_task_offsets, layout, task_offsets};
+pub use layout::{kernel_blob, layout, task_offsets};
 pub use types::{BtfError, Types};

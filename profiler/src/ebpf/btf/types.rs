@@ -205,11 +205,6 @@ impl<'a> Types<'a> {
             .map_or(0, |i| i as u32)
     }
 
-    /// Whether the BTF has a struct called `name`.
-    pub fn has_struct(&self, name: &str) -> bool {
-        self.composite(name).is_ok()
-    }
-
     /// Size of `struct name`.
     pub fn struct_size(&self, name: &str) -> Result<u32, BtfError> {
         self.composite(name).map(|(size, _)| size)
@@ -398,7 +393,7 @@ mod tests {
         assert!(t.path_offset("task_struct", "tgid.x").is_err(), "an int has no members");
         assert_eq!(t.struct_size("zone"), Ok(64));
         assert_eq!(t.array_len("node", "node_zones"), Ok(4));
-        assert!(t.has_struct("sched_entity") && !t.has_struct("mm_struct"));
+        assert!(t.struct_size("sched_entity").is_ok() && t.struct_size("mm_struct").is_err());
         let id = t.struct_id("zone");
         assert!(matches!(&t.types[id as usize], Ty::Composite { size: 64, .. }));
         assert_eq!(t.struct_id("mm_struct"), 0);

@@ -42,11 +42,6 @@ impl PendingMaps {
         reaped
     }
 
-    /// Entries in the per-task map.
-    pub fn task_entries(&self) -> usize {
-        self.tasks.keys().count()
-    }
-
     /// Waits with a begin and no end yet.
     pub fn open_waits(&self) -> Result<Vec<PendingWait>, LoadError> {
         let mut open: Vec<PendingWait> = self.tasks.iter().filter_map(Result::ok).map(|(_, t)| t).collect();
