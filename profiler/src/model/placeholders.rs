@@ -31,6 +31,11 @@ pub const UNKNOWN_TARGET: &str = "[unknown target]";
 /// Rows `lockprof serve`'s window folded because it was full.
 pub const WINDOW_FULL: &str = "[window full: rows folded]";
 
+/// Whether `frame` is one of these stand-ins rather than a real frame or caller.
+pub fn is_placeholder(frame: &str) -> bool {
+    frame.starts_with('[')
+}
+
 /// The root frame of a task owner's blame rows.
 pub fn held_by(comm: &str) -> String {
     format!("[held by {}]", if comm.is_empty() { "?" } else { comm })

@@ -5,7 +5,7 @@
 use profiler_common::LockType;
 
 use super::{Kallsyms, caller::base_name};
-use crate::model::{NameSource, type_name};
+use crate::model::{NameSource, placeholders::is_placeholder, type_name};
 
 /// Functions that contend on `tasklist_lock` (an rwlock) in fork, exit, wait,
 /// ptrace, setpgid and get/setpriority paths.
@@ -138,7 +138,7 @@ const INFER_SHARE: f64 = 0.5;
 /// Share of the contentions with a known call site that come from `set`
 /// (placeholders such as "[stack not captured ...]" are left out).
 fn share(callers: &[(String, u64)], set: &[&str]) -> f64 {
-    let total: u64 = callers.iter().filter(|(f, _)| !f.starts_with('[')).map(|(_, n)| n).sum();
+    let total: u64 = callers.iter().filter(|(f, _)| !is_placeholder(f)).map(|(_, n)| n).sum();
     if total == 0 {
         return 0.0;
     }
@@ -164,7 +164,7 @@ pub fn lock_class(addr: u64, ty: LockType, callers: &[(String, u64)], ident: Opt
     // Placeholders such as "[stack not captured ...]" are not call sites.
     let top = callers
         .iter()
-        .filter(|(f, _)| !f.starts_with('['))
+        .filter(|(f, _)| !is_placeholder(f))
         .max_by_key(|(f, n)| (*n, std::cmp::Reverse(f.clone())))
         .map(|(f, _)| base_name(f).to_string());
     let class = match &top {

@@ -14,7 +14,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 use super::keys::{Action, action_for};
 use crate::{
-    model::{CallerProfile, LockKey, LockProfile, Profile, TaskProfile, YieldStats},
+    model::{CallerProfile, LockKey, LockProfile, Profile, TaskProfile, YieldStats, placeholders},
     pipeline::delta::Deltas,
     query::{Query, SortKey},
 };
@@ -243,7 +243,7 @@ impl App {
             .collect();
         yields.extend(q.yield_pairs(p).into_iter().map(|pr| {
             let target = if pr.target_tid == 0 {
-                "[unknown]".to_string()
+                placeholders::UNKNOWN_TARGET.to_string()
             } else {
                 format!("{} {}", pr.target_tid, pr.target_comm)
             };

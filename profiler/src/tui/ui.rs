@@ -65,7 +65,9 @@ fn header(app: &App, area: Rect, buf: &mut Buffer) {
     } else {
         Span::styled(format!("drops: {}", losses.join(" ")), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD))
     };
-    let mut l2 = vec![drops, Span::raw("  ")];
+    // The views, sort and filter first: they are what the keys change, and
+    // a long list of losses must not push them off a narrow screen.
+    let mut l2 = Vec::new();
     for v in View::ALL {
         let st = if v == app.view { Style::new().add_modifier(Modifier::REVERSED) } else { Style::new() };
         l2.push(Span::styled(format!(" {} ", v.title()), st));
@@ -77,6 +79,7 @@ fn header(app: &App, area: Rect, buf: &mut Buffer) {
     if !app.filter.is_empty() || app.editing_filter {
         l2.push(Span::styled(format!("  /{}", app.filter), Style::new().fg(Color::Cyan)));
     }
+    l2.extend([Span::raw("  "), drops]);
     Paragraph::new(vec![Line::from(l1), Line::from(l2)]).render(area, buf);
 }
 
@@ -360,7 +363,21 @@ mod tests {
         p.meta.drops.losses.recursion_misses = 3;
         p.meta.drops.bookkeeping.stack_reused = 5;
         p.meta.drops.bookkeeping.agg_map_full = 4;
-        let lines = render(&app_with(p), 100, 24);
-        assert!(lines[1].starts_with("drops: stack_failed=2 recursion_misses=3  "), "{lines:?}");
+        let lines = render(&app_with(p), 140, 24);
+        assert!(lines[1].ends_with("  drops: stack_failed=2 recursion_misses=3"), "{lines:?}");
+    }
+
+    #[test]
+    fn many_losses_never_hide_the_sort_and_filter() {
+        let mut p = fixture::profile();
+        let l = &mut p.meta.drops.losses;
+        (l.reentered, l.stale_spin_discarded, l.recursion_misses, l.ringbuf_full) = (10, 92, 15, 7);
+        let mut app = app_with(p);
+        for k in ['/', 'p', 'i'] {
+            use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+            app.on_key(KeyEvent::new(KeyCode::Char(k), KeyModifiers::NONE));
+        }
+        let lines = render(&app, 80, 24);
+        assert!(lines[1].contains("sort: wait total v  /pi  drops: "), "{lines:?}");
     }
 }
