@@ -131,11 +131,11 @@ fn fetch(apt: &Apt, index: &Index, pkg: &str, dir: &Path) -> Result<Kernel> {
     }
     let image = plan.image.as_deref().unwrap_or(pkg);
     let vmlinuz = find_vmlinuz(dir).with_context(|| format!("{image}: no vmlinuz under boot/ or usr/lib/modules/"))?;
-    let modules = match (find_modules(dir), plan.no_modules()) {
+    let modules = match (find_modules(dir), plan.no_modules(apt.suite.name)) {
         (Some(m), _) => Ok(m),
         (None, Some(why)) => {
-            eprintln!("xtask: {pkg}: {why} ({}); booting it without modules", apt.suite.name);
-            Err(format!("{pkg}: {why} ({})", apt.suite.name))
+            eprintln!("xtask: {pkg}: {why}; booting it without modules");
+            Err(why)
         }
         (None, None) => {
             bail!("{}: no modules under lib/modules or usr/lib/modules", plan.modules.as_deref().unwrap_or(pkg))

@@ -188,15 +188,15 @@ impl Plan {
         }
     }
 
-    /// Why the kernel comes without modules, when it does.
-    pub fn no_modules(&self) -> Option<String> {
+    /// Why the kernel comes without modules from `suite`, when it does.
+    pub fn no_modules(&self, suite: &str) -> Option<String> {
         self.modules.is_none().then(|| {
             let named: Vec<&str> =
                 self.missing.iter().map(String::as_str).filter(|m| m.starts_with("linux-modules-")).collect();
             if named.is_empty() {
-                "no package of this kernel holds modules".to_string()
+                format!("no package of this kernel in {suite} holds modules")
             } else {
-                format!("its modules package {} is not in the archive", named.join(", "))
+                format!("{} is not in {suite}", named.join(", "))
             }
         })
     }
@@ -268,7 +268,7 @@ Depends: linux-modules-0.0-amd64
         assert_eq!(p.fetch, ["linux-image-6.1.0-57-amd64"]);
         assert_eq!(p.image.as_deref(), Some("linux-image-6.1.0-57-amd64"));
         assert_eq!(p.modules, p.image);
-        assert!(p.missing.is_empty() && p.no_modules().is_none());
+        assert!(p.missing.is_empty() && p.no_modules("bookworm").is_none());
         // Through the meta package.
         assert_eq!(plan("linux-image-amd64").expect("meta").image.as_deref(), Some("linux-image-6.1.0-57-amd64"));
     }
@@ -288,8 +288,8 @@ Depends: linux-modules-0.0-amd64
         assert_eq!(p.image.as_deref(), Some("linux-binary-7.0.13+deb13-amd64"));
         assert_eq!(p.modules, None);
         assert!(!p.fetch.iter().any(|f| f.starts_with("linux-modules-")), "never asks for what is not there: {p:?}");
-        let why = p.no_modules().expect("why");
-        assert!(why.contains("linux-modules-7.0.13+deb13-amd64"), "{why}");
+        let why = p.no_modules("trixie-backports").expect("why");
+        assert_eq!(why, "linux-modules-7.0.13+deb13-amd64 is not in trixie-backports");
     }
 
     #[test]
