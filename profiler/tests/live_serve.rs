@@ -437,3 +437,110 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
     assert!(text.contains("[held by "), "waits charged to owner tasks: {text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One byte of a request that never ends, or a close seen: `true` once the
+/// server has closed `s` (non-blocking reads: EOF or reset).
+fn closed_by_server(mut s: &TcpStream) -> bool {
+    let mut buf = [0u8; 512];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Junk number `i`: TLS and HTTP/2 openings, binary noise, broken HTTP,
+/// an endless header line.
+fn garbage(i: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ i as u64;
+    let mut noise = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    };
+    match i % 6 {
+        0 => b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".to_vec(),
+        1 => b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(),
+        2 => (0..1500).map(|_| noise()).collect(),
+        3 => b"GET /metrics HTTP/1.1\r\nHost x\r\n\0\r\n\r\n".to_vec(),
+        4 => b"\0\0\0\0\r\n\r\n".to_vec(),
+        _ => format!("GET /metrics HTTP/1.1\r\nX-Long: {}", "a".repeat(64 * 1024)).into_bytes(),
+    }
+}
+
+#[test]
+fn slow_and_garbage_clients_do_not_keep_metrics_from_answering() {
+    if !ready("slow_and_garbage_clients_do_not_keep_metrics_from_answering", &[]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut d = Daemon::start(&[]);
+    let open = |n: usize| -> Vec<TcpStream> {
+        (0..n)
+            .map(|_| {
+                let s = TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
+                s.set_nonblocking(true).expect("non-blocking");
+                s
+            })
+            .collect()
+    };
+
+    // Every hostile connection is open (queued in order before any probe)
+    // before the first probe.
+    let mut slow = open(200);
+    for s in &mut slow {
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n").expect("request line");
+    }
+    let mut junk = open(50);
+    for (i, s) in junk.iter_mut().enumerate() {
+        // The server may close before taking it all.
+        let _ = s.write(&garbage(i));
+    }
+
+    // Probe /metrics while the slow clients trickle a header byte each per
+    // round, until the server has dropped every one of them (its header
+    // timeout), and keep count of what each probe took.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (mut probes, mut slowest) = (0, Duration::ZERO);
+    loop {
+        for s in &mut slow {
+            let _ = s.write(b"X");
+        }
+        let slow_open = slow.iter().filter(|s| !closed_by_server(s)).count();
+        let junk_open = junk.iter().filter(|s| !closed_by_server(s)).count();
+        let t = Instant::now();
+        let r = get(d.port, "/metrics");
+        let took = t.elapsed();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("lockprof_build_info{"), "{}", r.text());
+        assert!(
+            took < Duration::from_secs(1),
+            "/metrics took {took:?} with {slow_open} slow, {junk_open} junk clients"
+        );
+        probes += 1;
+        slowest = slowest.max(took);
+        if slow_open == 0 && junk_open == 0 && probes >= 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after 90 s, {slow_open} of 200 trickling clients and {junk_open} of 50 junk ones are still connected"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("{probes} probes of /metrics, slowest {slowest:?}");
+
+    // Shutdown does not wait on clients that never finish a request.
+    let mut stuck = open(20);
+    for s in &mut stuck {
+        s.write_all(b"GET /metrics HTTP/1.1\r\n").expect("request line");
+    }
+    assert_eq!(get(d.port, "/healthz").status, 200);
+    let (status, stderr) = d.stop();
+    assert!(status.success(), "exit {status:?}: {stderr}");
+    assert!(stderr.contains("programs detached"), "{stderr}");
+}

@@ -79,6 +79,10 @@ enum Cmd {
         /// Give up on one guest after this many seconds.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// Only resolve every kernel package of every suite to its image and modules packages,
+        /// from the package indices (no download, no boot); --matrix does this first.
+        #[arg(long, conflicts_with_all = ["kernel", "matrix"])]
+        check_packages: bool,
     },
     /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests.
     Test {
@@ -131,11 +135,16 @@ fn main() -> Result<()> {
                 eprintln!("xtask: --no-vm: the guest-kernel backend tests were not run");
                 Ok(())
             } else {
-                vm_test(vm::Opts { kernel: None, matrix: true, timeout: std::time::Duration::from_secs(600) })
+                vm_test(vm::Opts {
+                    kernel: None,
+                    matrix: true,
+                    timeout: std::time::Duration::from_secs(600),
+                    check_packages: false,
+                })
             }
         }
-        Cmd::VmTest { kernel, matrix, timeout } => {
-            vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout) })
+        Cmd::VmTest { kernel, matrix, timeout, check_packages } => {
+            vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout), check_packages })
         }
         Cmd::Bench {
             rounds,

@@ -1,5 +1,8 @@
 //! The HTTP face: routes, query parsing, one-line errors. Handlers only
-//! read the shared state.
+//! read the shared state. [`server`] accepts the connections, within
+//! [`Limits`].
+
+mod server;
 
 use std::{
     sync::Arc,
@@ -8,12 +11,13 @@ use std::{
 
 use axum::{
     Router,
-    extract::{Query, State as AxState, rejection::QueryRejection},
-    http::{StatusCode, header},
+    extract::{Query, State as AxState},
+    http::{StatusCode, Uri, header},
     response::{IntoResponse, Response},
     routing::get,
 };
 
+pub use self::server::{Limits, serve};
 use super::{
     ProfileMetric, Shared, State, Values,
     window::{caller_frames, caller_values, owner_frames, owner_values},
@@ -90,9 +94,6 @@ async fn metrics(AxState(state): AxState<Shared>) -> Result<Response, HttpError>
     Ok(([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response())
 }
 
-/// Query parameters, as given.
-type Params = Result<Query<Vec<(String, String)>>, QueryRejection>;
-
 /// The parameters of a profile request.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ProfileQuery {
@@ -100,6 +101,13 @@ pub struct ProfileQuery {
     pub seconds: Option<u64>,
     /// `metric=`.
     pub metric: ProfileMetric,
+}
+
+/// Decodes and checks the query string of a profile request's `uri`.
+pub fn query_of(uri: &Uri, allowed: &[&str], window: Duration) -> Result<ProfileQuery, HttpError> {
+    let Query(params) = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map_err(|e| bad(format!("bad query string: {}", e.body_text())))?;
+    parse_query(&params, allowed, window)
 }
 
 /// Checks the query of a profile endpoint: known names, once each, valid values.
@@ -128,18 +136,17 @@ pub fn parse_query(params: &[(String, String)], allowed: &[&str], window: Durati
     Ok(q)
 }
 
-async fn mutex(AxState(state): AxState<Shared>, params: Params) -> Result<Response, HttpError> {
-    profile(state, params, &["seconds"]).await
+async fn mutex(AxState(state): AxState<Shared>, uri: Uri) -> Result<Response, HttpError> {
+    profile(state, &uri, &["seconds"]).await
 }
 
-async fn lockprof(AxState(state): AxState<Shared>, params: Params) -> Result<Response, HttpError> {
-    profile(state, params, &["seconds", "metric"]).await
+async fn lockprof(AxState(state): AxState<Shared>, uri: Uri) -> Result<Response, HttpError> {
+    profile(state, &uri, &["seconds", "metric"]).await
 }
 
-async fn profile(state: Shared, params: Params, allowed: &[&str]) -> Result<Response, HttpError> {
-    let Query(params) = params.map_err(|e| bad(format!("bad query string: {}", e.body_text())))?;
+async fn profile(state: Shared, uri: &Uri, allowed: &[&str]) -> Result<Response, HttpError> {
     let window = read(&state, |s| s.window.length());
-    let q = parse_query(&params, allowed, window)?;
+    let q = query_of(uri, allowed, window)?;
     let body = read(&state, |s| render(s, &q))?;
     Ok((
         [
@@ -213,3 +220,6 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
     };
     gzip_pprof(&proto).map_err(|e| HttpError(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the profile: {e}")))
 }
+
+#[cfg(test)]
+mod tests;

@@ -155,8 +155,7 @@ pub async fn run(
         })
     };
     let addr = opts.listen;
-    let served = axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
+    let served = http::serve(listener, http::router(state), http::Limits::SERVE, stop.clone())
         .await
         .map_err(|e| ServeError::Io(addr, e));
     stop.cancel();

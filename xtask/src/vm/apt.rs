@@ -10,6 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use super::packages::Index;
 use crate::util::{output, run};
 
 /// A Debian suite (with its security suite where it has one).
@@ -87,9 +88,11 @@ impl Apt {
         c
     }
 
-    /// Whether the suite has `pkg`.
-    pub fn has(&self, pkg: &str) -> bool {
-        output(self.cmd("apt-cache").args(["show", "--no-all-versions", pkg])).is_some_and(|s| !s.trim().is_empty())
+    /// The suite's kernel packages, from its package index (no download).
+    pub fn index(&self) -> Result<Index> {
+        let dump = output(self.cmd("apt-cache").arg("dumpavail"))
+            .with_context(|| format!("apt-cache dumpavail for {} ({})", self.suite.name, self.dir.display()))?;
+        Ok(Index::parse(&dump))
     }
 
     /// The packages `pkg` (optionally `pkg=version`) depends on, alternatives flattened.

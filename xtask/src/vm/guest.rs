@@ -50,7 +50,7 @@ cd /tmp
 const TESTS: &str = r#"echo LOCKPROF-DOCTOR-BEGIN
 /lockprof doctor --json
 echo LOCKPROF-DOCTOR-END
-: > /tmp/kvm-modules.log
+cat /modules/missing > /tmp/kvm-modules.log 2>/dev/null || : > /tmp/kvm-modules.log
 for m in $(cat /modules/order); do
   insmod /modules/$m.ko 2>> /tmp/kvm-modules.log || echo "insmod $m failed" >> /tmp/kvm-modules.log
 done
@@ -78,7 +78,14 @@ fn init(payload: &Payload<'_>) -> String {
 }
 
 /// Builds the initramfs in `dir`; returns the archive.
-pub fn initramfs(dir: &Path, bins: &Binaries, modules: &[(String, Vec<u8>)], payload: &Payload<'_>) -> Result<PathBuf> {
+/// `no_modules` says why `modules` is empty, when the kernel has none here.
+pub fn initramfs(
+    dir: &Path,
+    bins: &Binaries,
+    modules: &[(String, Vec<u8>)],
+    no_modules: Option<&String>,
+    payload: &Payload<'_>,
+) -> Result<PathBuf> {
     let root = dir.join("initramfs");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("bin"))?;
@@ -99,6 +106,9 @@ pub fn initramfs(dir: &Path, bins: &Binaries, modules: &[(String, Vec<u8>)], pay
         order.push('\n');
     }
     std::fs::write(root.join("modules/order"), order)?;
+    if let Some(why) = no_modules {
+        std::fs::write(root.join("modules/missing"), format!("booted without modules: {why}\n"))?;
+    }
     std::fs::write(root.join("init"), init(payload))?;
     let out = dir.join("initrd.gz");
     let script = format!(

@@ -1,8 +1,10 @@
 //! A guest kernel from Debian's packages, whatever layout the package has:
-//! the image in `/boot` or `usr/lib/modules/<ver>/vmlinuz`, split
-//! `linux-binary`/`linux-modules` packages (found through the image
-//! package's dependencies), modules under `/lib` or `/usr/lib`, plain or
-//! compressed (`.ko.xz`, `.ko.zst`). Packages are unpacked, never installed.
+//! the packages its index entry names ([`super::packages`]: one package, or
+//! an image and a modules package behind a meta package), unpacked, never
+//! installed; then the image found where it is (`/boot` or
+//! `usr/lib/modules/<ver>/vmlinuz`) and the modules (under `/lib` or
+//! `/usr/lib`, plain or compressed: `.ko.xz`, `.ko.zst`). A kernel whose
+//! modules package has left the archive boots without modules, saying so.
 
 use std::{
     path::{Path, PathBuf},
@@ -11,7 +13,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::apt::{Apt, SUITES};
+use super::{
+    apt::{Apt, SUITES},
+    packages::Index,
+};
 use crate::util::run;
 
 /// Which kernel to boot.
@@ -55,8 +60,8 @@ pub struct Kernel {
     pub release: String,
     /// The compressed image to boot.
     pub vmlinuz: PathBuf,
-    /// `<root>/[usr/]lib/modules/<release>`.
-    pub modules: PathBuf,
+    /// `<root>/[usr/]lib/modules/<release>`, or why the kernel has none here.
+    pub modules: Result<PathBuf, String>,
 }
 
 /// The image packages a meta package names, newest first (one per version of
@@ -100,29 +105,83 @@ fn unpack(deb: &Path, dir: &Path) -> Result<()> {
     run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(dir)).with_context(|| format!("unpacking {}", deb.display()))
 }
 
-/// Downloads and unpacks `pkg` from `apt` (and, for split packages, the
-/// binary and modules packages it depends on) into `dir`.
-fn fetch(apt: &Apt, pkg: &str, dir: &Path) -> Result<Kernel> {
+/// The release a kernel image is for: `boot/vmlinuz-<release>` or
+/// `usr/lib/modules/<release>/vmlinuz`.
+fn release_of(vmlinuz: &Path) -> String {
+    let file = vmlinuz.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    match file.strip_prefix("vmlinuz-") {
+        Some(r) => r.to_string(),
+        None => {
+            vmlinuz.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        }
+    }
+}
+
+/// Downloads and unpacks the packages of `pkg` (its plan in `index`) into `dir`.
+fn fetch(apt: &Apt, index: &Index, pkg: &str, dir: &Path) -> Result<Kernel> {
+    let plan = index.plan(pkg).map_err(|e| anyhow::anyhow!("{e} ({})", apt.suite.name))?;
     let done = dir.join(".unpacked");
     if !done.exists() {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
-        unpack(&apt.download(pkg)?, dir)?;
-        if find_vmlinuz(dir).is_none() || find_modules(dir).is_none() {
-            // 6.19+: the image package only depends on linux-binary-<ver> and linux-modules-<ver>.
-            for dep in apt.depends(pkg) {
-                if dep.starts_with("linux-binary-") || dep.starts_with("linux-modules-") {
-                    unpack(&apt.download(&dep)?, dir)?;
-                }
+        for p in &plan.fetch {
+            unpack(&apt.download(p)?, dir)?;
+        }
+        std::fs::write(&done, plan.fetch.join("\n"))?;
+    }
+    let image = plan.image.as_deref().unwrap_or(pkg);
+    let vmlinuz = find_vmlinuz(dir).with_context(|| format!("{image}: no vmlinuz under boot/ or usr/lib/modules/"))?;
+    let modules = match (find_modules(dir), plan.no_modules(apt.suite.name)) {
+        (Some(m), _) => Ok(m),
+        (None, Some(why)) => {
+            eprintln!("xtask: {pkg}: {why}; booting it without modules");
+            Err(why)
+        }
+        (None, None) => {
+            bail!("{}: no modules under lib/modules or usr/lib/modules", plan.modules.as_deref().unwrap_or(pkg))
+        }
+    };
+    let release = match &modules {
+        Ok(m) => m.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        Err(_) => release_of(&vmlinuz),
+    };
+    Ok(Kernel { package: pkg.to_string(), release, vmlinuz, modules })
+}
+
+/// Resolves every kernel package (`linux-image-*` but debug symbols and
+/// signing templates) of every suite to the packages that hold its image
+/// and modules, from the package indices alone; one line per suite. Errs
+/// if any has no image to boot.
+pub fn check_packages(root: &Path) -> Result<String> {
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for suite in SUITES {
+        let index = Apt::open(&root.join("apt"), *suite)?.index()?;
+        let images = index.images();
+        let (mut both, mut image_only) = (0, Vec::new());
+        for img in &images {
+            match index.plan(img) {
+                Ok(p) if p.modules.is_some() => both += 1,
+                Ok(_) => image_only.push(*img),
+                Err(e) => failures.push(format!("{}: {e}", suite.name)),
             }
         }
-        std::fs::write(&done, pkg)?;
+        report.push_str(&format!(
+            "{}: {} kernel packages: {both} with image and modules, {} image only{}\n",
+            suite.name,
+            images.len(),
+            image_only.len(),
+            if image_only.is_empty() {
+                String::new()
+            } else {
+                format!(" (their modules package is not in the archive; they boot without): {}", image_only.join(" "))
+            }
+        ));
     }
-    let vmlinuz = find_vmlinuz(dir).with_context(|| format!("{pkg}: no vmlinuz under boot/ or usr/lib/modules/"))?;
-    let modules =
-        find_modules(dir).with_context(|| format!("{pkg}: no modules under lib/modules or usr/lib/modules"))?;
-    let release = modules.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(Kernel { package: pkg.to_string(), release, vmlinuz, modules })
+    if !failures.is_empty() {
+        bail!("{report}{} kernel package(s) with no image to boot:\n{}", failures.len(), failures.join("\n"));
+    }
+    Ok(report)
 }
 
 /// Resolves, downloads and unpacks `spec` under `root` (cached).
@@ -132,13 +191,14 @@ pub fn prepare(spec: &Spec, root: &Path) -> Result<Kernel> {
         Spec::Meta { suite, meta, .. } => {
             let suite = SUITES.iter().find(|s| s.name == *suite).with_context(|| format!("unknown suite {suite}"))?;
             let apt = Apt::open(&apt_root, *suite)?;
+            let index = apt.index()?;
             let images = images_of(&apt, meta);
             if images.is_empty() {
                 bail!("{meta} in {} names no linux-image package", suite.name);
             }
             let mut errors = Vec::new();
             for img in &images {
-                match fetch(&apt, img, &root.join("kernels").join(img)) {
+                match fetch(&apt, &index, img, &root.join("kernels").join(img)) {
                     Ok(k) => return Ok(k),
                     Err(e) => {
                         eprintln!("xtask: {img}: {e:#}; trying an older one");
@@ -151,8 +211,9 @@ pub fn prepare(spec: &Spec, root: &Path) -> Result<Kernel> {
         Spec::Package(pkg) => {
             for suite in SUITES {
                 let apt = Apt::open(&apt_root, *suite)?;
-                if apt.has(pkg) {
-                    return fetch(&apt, pkg, &root.join("kernels").join(pkg));
+                let index = apt.index()?;
+                if index.has(pkg) {
+                    return fetch(&apt, &index, pkg, &root.join("kernels").join(pkg));
                 }
             }
             bail!(
