@@ -5,7 +5,7 @@
 
 use aya::programs::{ProgramError, kprobe::KProbeError};
 
-use super::{TracefsError, error_chain, probes::ProbeKind};
+use super::{TracefsError, error_chain, probe_kind::ProbeKind};
 
 /// Why one program could not be loaded or attached.
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,7 @@ mod kfuncs;
 mod load;
 pub mod maps;
 mod object;
+mod probe_kind;
 pub mod probes;
 mod slabs;
 mod tracefs;

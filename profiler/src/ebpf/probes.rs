@@ -10,6 +10,7 @@ use aya::{
 use profiler_common::names::prog;
 
 use super::attach_error::AttachError;
+pub use super::probe_kind::ProbeKind;
 
 /// A probed slowpath and the programs for it.
 pub struct WaitTarget {
@@ -119,28 +120,6 @@ pub const RELEASE_TARGETS: &[(&str, &str)] = &[
     ("rt_read_unlock", prog::FR_RT_READ_UNLOCK),
     ("rt_write_unlock", prog::FR_RT_WRITE_UNLOCK),
 ];
-
-/// Which probe mechanism.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum ProbeKind {
-    /// fentry/fexit (BPF trampolines).
-    Fentry,
-    /// kprobe/kretprobe.
-    Kprobe,
-}
-
-impl ProbeKind {
-    /// Both, in the order they are tried.
-    pub const ALL: [ProbeKind; 2] = [ProbeKind::Fentry, ProbeKind::Kprobe];
-
-    /// Name, as in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProbeKind::Fentry => "fentry",
-            ProbeKind::Kprobe => "kprobe",
-        }
-    }
-}
 
 /// What attached with one probe kind and what did not.
 #[derive(Debug)]
