@@ -14,6 +14,8 @@ pub mod map {
     pub const PENDING: &str = "PENDING";
     /// Pure spinning waits, per CPU.
     pub const SPIN_PENDING: &str = "SPIN_PENDING";
+    /// Per-CPU scratch for a task's first wait that may sleep, before its insert.
+    pub const NEW_WAIT: &str = "NEW_WAIT";
     /// Per-CPU cache of recent stacks per thread slot.
     pub const STACK_CACHE: &str = "STACK_CACHE";
     /// First aggregate map.
@@ -62,6 +64,7 @@ pub mod map {
         EVENTS,
         PENDING,
         SPIN_PENDING,
+        NEW_WAIT,
         STACK_CACHE,
         AGG_A,
         AGG_B,

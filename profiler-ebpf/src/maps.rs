@@ -35,6 +35,12 @@ pub static PENDING: HashMap<u64, PendingWait> = HashMap::with_max_entries(DEFAUL
 #[map]
 pub static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(SPIN_SLOTS, 0);
 
+/// A task's first wait that may sleep, filled in here and then inserted
+/// into `PENDING` (88 bytes the 512-byte BPF stack cannot spare). Programs
+/// on one CPU do not nest (the `BUSY` guard): one slot per CPU.
+#[map]
+pub static NEW_WAIT: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(1, 0);
+
 /// The last stack captured per thread slot (`tid % STACK_CACHE_SLOTS`) on
 /// this CPU, reused when the stack budget is spent.
 #[map]

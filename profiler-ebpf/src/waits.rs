@@ -18,7 +18,7 @@ use crate::{
     aggregate::{aggregate, aggregate_as},
     context::{Ids, config, count, wanted},
     identity::identify,
-    maps::{HOLD_ON, HOLDS, PENDING, SPIN_DEPTH, SPIN_PENDING},
+    maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
     owners::{note_acquired, note_holder, owner_comm, owner_of},
     ringbuf,
     stack::stack_for,
@@ -62,6 +62,15 @@ fn spin_slot(idx: u32) -> Option<&'static mut PendingWait> {
     // disabled it), so only a nested program (an interrupt's wait) can
     // touch the slot meanwhile, which the callers tell apart.
     SPIN_PENDING.get_ptr_mut(idx).map(|p| unsafe { &mut *p })
+}
+
+/// This CPU's scratch entry for a task's first wait (see `NEW_WAIT`).
+#[inline(always)]
+fn new_wait() -> Option<&'static mut PendingWait> {
+    // SAFETY: this CPU's slot from a successful lookup, valid for the map's
+    // lifetime; programs on one CPU do not nest (the BUSY guard), and the
+    // slot is only used between its fill and the insert that copies it.
+    NEW_WAIT.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
 /// Whether the current task is running (state 0). A mutex's first
@@ -108,10 +117,9 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
     let now = unsafe { bpf_ktime_get_ns() };
     let key = task_key(ids.tid, ids.cpu);
     // The one place a new wait is filled in (the slot, the task's entry, or
-    // this first entry of the task), so the owner and stack reads are
-    // inlined once: the probe-read path of kernels before 6.2 needs stack
-    // space for each, and the verifier's limit is 512 bytes.
-    let mut first = PendingWait::default();
+    // the task's first entry, built in NEW_WAIT), so the owner and stack
+    // reads are inlined once: the probe-read path of kernels before 6.2
+    // needs stack space for each, and the verifier's limit is 512 bytes.
     let mut insert = false;
     // A mutex's first optimistic spin does not read the owner: that read is
     // a miss on the contended lock's own cache line, the pipe storm's hot
@@ -168,7 +176,7 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
             // its lifetime.
             (None, None) => {
                 insert = true;
-                &mut first
+                new_wait().ok_or(0u32)?
             }
         }
     };
@@ -184,7 +192,8 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
         owner_of(&cfg, lock_addr, flags)
     };
     if insert {
-        return pending_inserted(ctx, PENDING.insert(key, &first, u64::from(BPF_NOEXIST)));
+        let first: &PendingWait = target;
+        return pending_inserted(ctx, PENDING.insert(key, first, u64::from(BPF_NOEXIST)));
     }
     Ok(0)
 }
