@@ -87,6 +87,8 @@ pub mod user {
     pub const USERSPACE_LOST: &str = "userspace_lost";
     /// Ring buffer records of the wrong size.
     pub const MALFORMED_RECORDS: &str = "malformed_records";
+    /// Map operations the kernel refused mid-session (aggregate flip or drain).
+    pub const MAP_OPS_REFUSED: &str = "map_ops_refused";
     /// Waits still open at stop, measured up to the stop.
     pub const OPEN_AT_STOP: &str = "open_at_stop";
     /// Waits folded into the `[other]` lock row.
