@@ -68,9 +68,8 @@ pub(crate) fn emit(bytes: &[u8], path: Option<&std::path::Path>) -> anyhow::Resu
 /// partial file.
 pub(crate) fn write_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<std::path::PathBuf> {
     let out = crate::output_file::OutputFile::open(path).map_err(|e| UsageError(format!("cannot write {e}")))?;
-    out.write(bytes).map_err(|e| {
-        anyhow::anyhow!("cannot write {e}; nothing partial was left there (an earlier file is kept)")
-    })
+    out.write(bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write {e}; nothing partial was left there (an earlier file is kept)"))
 }
 
 /// Waits for `duration` (forever if `None`) or SIGINT/SIGTERM, whichever is first.

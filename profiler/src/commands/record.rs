@@ -61,7 +61,9 @@ pub(crate) async fn record_profile(
     let session = Session::start(opts)?;
     let backend = session.backend();
     match duration {
-        Some(d) => shutdown::say(&format!("lockprof: recording for {d} s with the {backend} backend (Ctrl-C stops early)")),
+        Some(d) => {
+            shutdown::say(&format!("lockprof: recording for {d} s with the {backend} backend (Ctrl-C stops early)"))
+        }
         None => shutdown::say(&format!("lockprof: recording with the {backend} backend; Ctrl-C to stop")),
     }
     super::shutdown_or_sleep(&stop, duration.map(Duration::from_secs_f64)).await?;
