@@ -57,14 +57,16 @@ pub const fn hist_bucket_low(idx: usize) -> u64 {
 pub struct AggKey {
     /// Lock address.
     pub lock_addr: u64,
+    /// Stack id captured at begin.
+    pub stack_id: crate::StackId,
     /// Waiting thread.
     pub tid: u32,
     /// Waiting process.
     pub tgid: u32,
     /// `LCB_F_*` flags.
     pub flags: u32,
-    /// Stack id captured at begin.
-    pub stack_id: i32,
+    /// Reserved, zero.
+    pub _pad: u32,
 }
 
 /// Per-CPU value of the aggregate maps.
@@ -127,7 +129,7 @@ pub struct AggSlot {
 #[inline(always)]
 pub fn agg_cache_index(key: &AggKey, epoch: u32) -> u32 {
     // Fields folded into one word, then murmur3's 64-bit finalizer.
-    let mut h = key.lock_addr ^ (u64::from(key.tid) << 32 | u64::from(key.flags)) ^ (key.stack_id as u32 as u64) << 12;
+    let mut h = key.lock_addr ^ (u64::from(key.tid) << 32 | u64::from(key.flags)) ^ key.stack_id.rotate_left(12);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -144,9 +146,9 @@ mod tests {
 
     #[test]
     fn layouts_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<AggKey>(), 24);
+        assert_eq!(core::mem::size_of::<AggKey>(), 32);
         assert_eq!(core::mem::size_of::<AggVal>(), 432);
-        assert_eq!(core::mem::size_of::<AggSlot>(), 464);
+        assert_eq!(core::mem::size_of::<AggSlot>(), 472);
     }
 
     #[test]
@@ -154,9 +156,15 @@ mod tests {
         assert!(AGG_CACHE_SLOTS.is_power_of_two());
         let mut used = [false; AGG_CACHE_SLOTS as usize];
         for tid in 0..32u32 {
-            for stack_id in 0..4 {
-                let key =
-                    AggKey { lock_addr: 0xffff_8881_0a3c_5e40, tid: 1000 + tid, tgid: 1000, flags: 0x24, stack_id };
+            for stack_id in 0..4u64 {
+                let key = AggKey {
+                    lock_addr: 0xffff_8881_0a3c_5e40,
+                    tid: 1000 + tid,
+                    tgid: 1000,
+                    flags: 0x24,
+                    stack_id: crate::stack_id_of(&[stack_id]),
+                    _pad: 0,
+                };
                 let even = agg_cache_index(&key, 2);
                 let odd = agg_cache_index(&key, 3);
                 assert!(even < AGG_CACHE_SLOTS);

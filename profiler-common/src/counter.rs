@@ -7,7 +7,8 @@
 pub const EVENTS: u32 = 0;
 /// Ring buffer had no room: event lost.
 pub const RINGBUF_FULL: u32 = 1;
-/// `bpf_get_stackid` failed (stack map full or hash collision): event kept without stack.
+/// A stack could not be walked (`bpf_get_stack`) or stored in the stack
+/// map: event kept without stack.
 pub const STACK_FAILED: u32 = 2;
 /// Pending-wait map full at begin: contention not measured.
 pub const PENDING_FULL: u32 = 3;
@@ -89,6 +90,10 @@ pub mod user {
     pub const MALFORMED_RECORDS: &str = "malformed_records";
     /// Map operations the kernel refused mid-session (aggregate flip or drain).
     pub const MAP_OPS_REFUSED: &str = "map_ops_refused";
+    /// Stacks the kernel's stack map forgot before userspace read them.
+    pub const STACKS_EVICTED: &str = "stacks_evicted";
+    /// Distinct stacks read from the kernel's stack map and symbolized.
+    pub const STACKS_READ: &str = "stacks_read";
     /// Waits still open at stop, measured up to the stop.
     pub const OPEN_AT_STOP: &str = "open_at_stop";
     /// Waits folded into the `[other]` lock row.

@@ -17,6 +17,7 @@ pub mod names;
 #[cfg(feature = "user")]
 mod pod;
 mod record;
+mod stack;
 mod state;
 
 pub use aggregate::{
@@ -38,7 +39,11 @@ pub use record::{
     ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, YieldEvent,
     record_size,
 };
+pub use stack::{
+    NO_STACK_BASE, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, StackId, StoredStack, is_stack, stack_errno,
+    stack_error, stack_hash_finish, stack_hash_step, stack_id_of,
+};
 pub use state::{
     ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT,
-    SPIN_SLOTS, STACK_CACHE_SLOTS, STACK_SKIPPED, StackBudget, YieldStart, acquired_index, owner, task_key,
+    SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner, task_key,
 };

@@ -34,8 +34,10 @@ pub mod map {
     pub const SPIN_DEPTH: &str = "SPIN_DEPTH";
     /// Per-CPU stack budget.
     pub const STACK_BUDGET: &str = "STACK_BUDGET";
-    /// Kernel stacks.
+    /// Kernel stacks, keyed by their id (an LRU hash map).
     pub const STACKS: &str = "STACKS";
+    /// Per-CPU buffer a stack is walked into before it is stored.
+    pub const STACK_SCRATCH: &str = "STACK_SCRATCH";
     /// Lock identities confirmed in the kernel.
     pub const IDENTITIES: &str = "IDENTITIES";
     /// Per-CPU last identified lock per slot.
@@ -71,6 +73,7 @@ pub mod map {
         SPIN_DEPTH,
         STACK_BUDGET,
         STACKS,
+        STACK_SCRATCH,
         IDENTITIES,
         IDENT_SEEN,
         RQ_SEEN,

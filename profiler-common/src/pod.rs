@@ -27,6 +27,7 @@ pod!(
     super::TpOffsets,
     super::Layout,
     super::AggSlot,
+    super::StoredStack,
     super::LockIdent,
     super::Owner,
     super::Acquired,

@@ -49,8 +49,10 @@ pub struct ContentionEvent {
     pub tgid: u32,
     /// `LCB_F_*` flags, OR-ed over repeated begins (mutex: spin, then sleep).
     pub flags: u32,
-    /// Kernel stack id captured at `contention_begin`; negative errno on failure.
-    pub stack_id: i32,
+    /// Reserved, zero.
+    pub _pad: u32,
+    /// Kernel stack captured at `contention_begin` (or why there is none).
+    pub stack_id: crate::StackId,
     /// `comm` of the waiting thread.
     pub comm: [u8; 16],
     /// Who held the lock when the wait began.
@@ -84,10 +86,8 @@ pub struct YieldEvent {
     pub ret: i32,
     /// The `preempt` argument (KVM passes 1: preempt the target's CPU).
     pub preempt: u32,
-    /// Caller stack captured at entry; negative errno on failure.
-    pub stack_id: i32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// Caller stack captured at entry (or why there is none).
+    pub stack_id: crate::StackId,
     /// `comm` of the yielding thread.
     pub comm: [u8; 16],
     /// `comm` of the target task (empty when unknown).
@@ -100,11 +100,11 @@ mod tests {
 
     #[test]
     fn records_lead_with_their_kind_and_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<ContentionEvent>(), 104);
+        assert_eq!(core::mem::size_of::<ContentionEvent>(), 120);
         assert_eq!(core::mem::size_of::<YieldEvent>(), 88);
         assert_eq!(core::mem::offset_of!(ContentionEvent, kind), 0);
         assert_eq!(core::mem::offset_of!(YieldEvent, kind), 0);
-        assert_eq!(record_size(EVENT_HOLD), Some(104));
+        assert_eq!(record_size(EVENT_HOLD), Some(120));
         assert_eq!(record_size(EVENT_YIELD), Some(88));
         assert_eq!(record_size(0), None);
         assert_eq!(record_size(99), None);

@@ -1,9 +1,7 @@
 //! Values of the programs' state maps (waits in progress, holds, yield_to
 //! calls in progress, the stack budget).
 
-/// `stack_id` of a wait whose stack was not captured because the per-CPU
-/// stack budget was spent and no reusable stack was known.
-pub const STACK_SKIPPED: i32 = -1_000_000;
+use crate::StackId;
 
 /// Who held a lock when a wait on it began (`Owner::kind`).
 pub mod owner {
@@ -27,9 +25,11 @@ pub struct Owner {
     pub tid: u32,
     /// Owner process id.
     pub tgid: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
     /// The stack the owner acquired the lock with, when it acquired it after
-    /// a wait lockprof saw (else [`STACK_SKIPPED`]).
-    pub stack_id: i32,
+    /// a wait lockprof saw (else [`crate::STACK_SKIPPED`]).
+    pub stack_id: StackId,
     /// The owner's `task_struct` (its `comm` is read when a record or a
     /// blame aggregate needs it).
     pub task: u64,
@@ -47,14 +47,12 @@ pub const ACQUIRED_SLOTS: u32 = 4096;
 pub struct Acquired {
     /// The lock.
     pub lock_addr: u64,
+    /// Its stack at the wait that ended in the acquisition.
+    pub stack_id: StackId,
     /// The thread that acquired it.
     pub tid: u32,
-    /// Its stack at the wait that ended in the acquisition.
-    pub stack_id: i32,
     /// The wait's flags (`lcb`): which side of an rwsem it took.
     pub flags: u32,
-    /// Padding.
-    pub _pad: u32,
 }
 
 /// Value of `HOLDERS` (keyed by lock address): who holds a lock with no
@@ -67,9 +65,7 @@ pub struct Holder {
     /// Holder process.
     pub tgid: u32,
     /// Its stack at the wait that ended in the acquisition.
-    pub stack_id: i32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    pub stack_id: StackId,
 }
 
 /// Slot of `lock` in `ACQUIRED`.
@@ -88,14 +84,16 @@ pub struct PendingWait {
     pub begin_ns: u64,
     /// Lock being waited for.
     pub lock_addr: u64,
+    /// Kernel stack id captured at begin.
+    pub stack_id: StackId,
     /// `LCB_F_*` flags seen so far.
     pub flags: u32,
-    /// Kernel stack id captured at begin.
-    pub stack_id: i32,
     /// Waiting process id.
     pub tgid: u32,
     /// Waiting thread id.
     pub tid: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
     /// Who held the lock when the wait began.
     pub owner: Owner,
 }
@@ -119,14 +117,12 @@ pub const SPIN_SLOTS: u32 = 2;
 pub struct CachedStack {
     /// Lock of the captured stack.
     pub lock_addr: u64,
+    /// The stack id.
+    pub stack_id: StackId,
     /// Thread it was captured for.
     pub tid: u32,
     /// Flags of that wait.
     pub flags: u32,
-    /// The stack id.
-    pub stack_id: i32,
-    /// Reserved, zero.
-    pub _pad: u32,
 }
 
 /// Entries of the per-CPU stack cache.
@@ -167,10 +163,12 @@ pub struct HoldKey {
 pub struct HoldStart {
     /// When the wait ended (the lock was acquired).
     pub start_ns: u64,
+    /// Acquirer's stack id.
+    pub stack_id: StackId,
     /// `LCB_F_*` flags of the wait.
     pub flags: u32,
-    /// Acquirer's stack id.
-    pub stack_id: i32,
+    /// Reserved, zero.
+    pub _pad: u32,
 }
 
 /// State between `yield_to` entry and return, per yielding thread.
@@ -179,14 +177,16 @@ pub struct HoldStart {
 pub struct YieldStart {
     /// `bpf_ktime_get_ns()` at entry.
     pub start_ns: u64,
+    /// Caller stack id.
+    pub stack_id: StackId,
     /// Target pid.
     pub target_pid: u32,
     /// Target tgid.
     pub target_tgid: u32,
-    /// Caller stack id.
-    pub stack_id: i32,
     /// `preempt` argument.
     pub preempt: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
     /// Target comm.
     pub target_comm: [u8; 16],
 }
@@ -204,13 +204,14 @@ mod tests {
 
     #[test]
     fn layouts_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<PendingWait>(), 72);
-        assert_eq!(core::mem::size_of::<Owner>(), 40);
+        assert_eq!(core::mem::size_of::<PendingWait>(), 88);
+        assert_eq!(core::mem::size_of::<Owner>(), 48);
         assert_eq!(core::mem::size_of::<Acquired>(), 24);
+        assert_eq!(core::mem::size_of::<Holder>(), 16);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u64::MAX) < ACQUIRED_SLOTS);
         assert_eq!(core::mem::size_of::<CachedStack>(), 24);
-        assert_eq!(core::mem::size_of::<YieldStart>(), 40);
+        assert_eq!(core::mem::size_of::<YieldStart>(), 48);
         assert_eq!(core::mem::size_of::<HoldKey>(), 16);
-        assert_eq!(core::mem::size_of::<HoldStart>(), 16);
+        assert_eq!(core::mem::size_of::<HoldStart>(), 24);
     }
 }

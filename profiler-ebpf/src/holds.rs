@@ -42,12 +42,19 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         stack_id: start.stack_id,
         tgid: ids.tgid,
         tid: ids.tid,
+        _pad: 0,
         owner: Owner::default(),
     };
     count(counter::HOLDS);
     if config().mode == MODE_AGGREGATE {
-        let key =
-            AggKey { lock_addr, tid: ids.tid, tgid: ids.tgid, flags: start.flags | AGG_HOLD, stack_id: start.stack_id };
+        let key = AggKey {
+            lock_addr,
+            stack_id: start.stack_id,
+            tid: ids.tid,
+            tgid: ids.tgid,
+            flags: start.flags | AGG_HOLD,
+            _pad: 0,
+        };
         if aggregate(&key, now.saturating_sub(start.start_ns)) {
             return Ok(0);
         }

@@ -5,13 +5,13 @@
 use aya_ebpf::{
     Global,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use profiler_common::{
     ACQUIRED_SLOTS, AGG_CACHE_SLOTS, Acquired, AggKey, AggSlot, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES,
     DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, Holder, IDENT_ENTRIES,
-    IDENT_SEEN_SLOTS, LockIdent, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, TGID_FILTER_ENTRIES,
-    YIELD_PENDING_ENTRIES, YieldStart, counter,
+    IDENT_SEEN_SLOTS, LockIdent, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, StackId, StoredStack,
+    TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart, counter,
 };
 
 /// Filters and knobs, written by userspace before load.
@@ -78,9 +78,15 @@ pub static SPIN_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1, 0);
 
-/// Kernel stacks captured when waits begin.
+/// Kernel stacks captured when waits begin, keyed by their id (the hash of
+/// their frames, see `profiler_common::StackId`). LRU: stacks nothing used
+/// for a while make room; an id never comes to name another stack.
 #[map]
-pub static STACKS: StackTrace = StackTrace::with_max_entries(DEFAULT_STACK_ENTRIES, 0);
+pub static STACKS: LruHashMap<StackId, StoredStack> = LruHashMap::with_max_entries(DEFAULT_STACK_ENTRIES, 0);
+
+/// The stack being captured, per CPU (too big for the 512-byte BPF stack).
+#[map]
+pub static STACK_SCRATCH: PerCpuArray<StoredStack> = PerCpuArray::with_max_entries(1, 0);
 
 /// Identities of lock addresses, confirmed in the kernel (see `identity`).
 #[map]

@@ -8,7 +8,7 @@
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 use profiler_common::{
-    Acquired, Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, LockType, Owner, STACK_SKIPPED,
+    Acquired, Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, LockType, Owner, STACK_SKIPPED, StackId,
     acquired_index, counter, known, lcb, owner,
 };
 
@@ -104,7 +104,7 @@ fn owner_word(cfg: &Config, flags: u32) -> Option<(u32, u32, u64)> {
 fn tracked_holder(lock: u64) -> Option<Owner> {
     // SAFETY: plain value copied out of a live entry.
     let h = unsafe { HOLDERS.get(lock) }.copied()?;
-    Some(Owner { kind: owner::TASK, tid: h.tid, tgid: h.tgid, stack_id: h.stack_id, task: 0, comm: [0; 16] })
+    Some(Owner { kind: owner::TASK, tid: h.tid, tgid: h.tgid, _pad: 0, stack_id: h.stack_id, task: 0, comm: [0; 16] })
 }
 
 /// Who holds `lock` (waited on with `flags`) now.
@@ -181,8 +181,8 @@ pub fn owner_comm(cfg: &Config, o: &Owner) -> [u8; 16] {
 /// Thread `tid` of `tgid` holds `lock` (no owner field) from now until its
 /// release probe runs.
 #[inline(always)]
-pub fn note_holder(lock: u64, tid: u32, tgid: u32, stack_id: i32) {
-    if HOLDERS.insert(lock, Holder { tid, tgid, stack_id, _pad: 0 }, 0).is_err() {
+pub fn note_holder(lock: u64, tid: u32, tgid: u32, stack_id: StackId) {
+    if HOLDERS.insert(lock, Holder { tid, tgid, stack_id }, 0).is_err() {
         count(counter::HOLDER_MAP_FULL);
     }
 }
@@ -199,12 +199,12 @@ pub fn forget_holder(lock: u64, tid: u32) {
 /// Thread `tid` acquired `lock` after a wait (`flags`) whose stack is
 /// `stack_id`.
 #[inline(always)]
-pub fn note_acquired(lock: u64, tid: u32, stack_id: i32, flags: u32) {
+pub fn note_acquired(lock: u64, tid: u32, stack_id: StackId, flags: u32) {
     if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) {
         // SAFETY: a slot of a global array, valid for the map's lifetime.
         // Concurrent writers of one slot can tear the entry; readers check
         // both the lock and the thread, so a torn entry only loses a stack.
-        unsafe { *slot = Acquired { lock_addr: lock, tid, stack_id, flags, _pad: 0 } };
+        unsafe { *slot = Acquired { lock_addr: lock, stack_id, tid, flags } };
     }
 }
 

@@ -1,25 +1,66 @@
-//! Kernel stacks: captured under a per-CPU budget, reused when it is spent.
+//! Kernel stacks: walked under a per-CPU budget (reused when it is spent),
+//! stored under their content hash (see `profiler_common::StackId`).
 
-use aya_ebpf::programs::tracing::StackIdContext;
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_stack, programs::tracing::StackIdContext};
 use aya_log_ebpf::warn;
-use profiler_common::{CachedStack, Config, STACK_CACHE_SLOTS, STACK_SKIPPED, STACK_WINDOW_NS, counter};
+use profiler_common::{
+    CachedStack, Config, MAX_STACK_DEPTH, STACK_CACHE_SLOTS, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId,
+    StoredStack, counter, is_stack, stack_error, stack_hash_finish, stack_hash_step,
+};
 
 use crate::{
     context::count,
-    maps::{STACK_BUDGET, STACK_CACHE, STACKS},
+    maps::{STACK_BUDGET, STACK_CACHE, STACK_SCRATCH, STACKS},
 };
 
-/// Walks the kernel stack into the stack map; a negative errno on failure.
+/// `-EEXIST`: another CPU stored the same stack first.
+const EEXIST: i64 = 17;
+
+/// A failed capture: counted (the first one logged), its errno as the id.
 #[inline(always)]
-fn capture<C: StackIdContext>(ctx: &C) -> i32 {
-    match ctx.get_stackid(&STACKS, 0) {
-        Ok(id) => id as i32,
-        Err(e) => {
-            if count(counter::STACK_FAILED) {
-                warn!(ctx, "lockprof: bpf_get_stackid failed: {}", e);
-            }
-            e
+fn failed<C: StackIdContext>(ctx: &C, what: &str, errno: i64) -> StackId {
+    if count(counter::STACK_FAILED) {
+        warn!(ctx, "lockprof: {} failed: {}", what, -errno);
+    }
+    stack_error(errno.unsigned_abs() as u32)
+}
+
+/// Walks the kernel stack and stores it; its id, or why there is none.
+#[inline(always)]
+fn capture<C: StackIdContext>(ctx: &C) -> StackId {
+    let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
+        return failed(ctx, "stack scratch lookup", -7);
+    };
+    // SAFETY: this CPU's scratch slot from a successful lookup, valid for the
+    // map's lifetime; programs on one CPU do not nest (the BUSY guard).
+    let buf: &mut StoredStack = unsafe { &mut *buf };
+    let size = core::mem::size_of_val(&buf.ips) as u32;
+    // SAFETY: `buf.ips` is `size` writable bytes of map memory; the context
+    // pointer is the program's own.
+    let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().cast(), size, 0) };
+    if n < 0 {
+        return failed(ctx, "bpf_get_stack", n);
+    }
+    let nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
+    buf.nr = nr;
+    let mut h = STACK_HASH_SEED;
+    let mut i = 0usize;
+    while i < MAX_STACK_DEPTH && (i as u64) < nr {
+        if let Some(ip) = buf.ips.get(i) {
+            h = stack_hash_step(h, *ip);
         }
+        i += 1;
+    }
+    let id = stack_hash_finish(h, nr);
+    if STACKS.get_ptr(id).is_some() {
+        return id;
+    }
+    // Stored from the scratch slot itself (1 KiB: not through the BPF stack).
+    let stored: &StoredStack = buf;
+    match STACKS.insert(id, stored, u64::from(BPF_NOEXIST)) {
+        Ok(()) => id,
+        Err(e) if i64::from(e) == -EEXIST => id,
+        Err(e) => failed(ctx, "storing a stack", i64::from(e)),
     }
 }
 
@@ -53,20 +94,20 @@ fn budget_allows(limit: u32, now: u64) -> bool {
 /// thread's last stack on this CPU for the same lock and flags, else
 /// [`STACK_SKIPPED`]. Both outcomes are counted.
 #[inline(always)]
-pub fn stack_for<C: StackIdContext>(ctx: &C, cfg: &Config, now: u64, lock_addr: u64, flags: u32, tid: u32) -> i32 {
+pub fn stack_for<C: StackIdContext>(ctx: &C, cfg: &Config, now: u64, lock_addr: u64, flags: u32, tid: u32) -> StackId {
     let cached = STACK_CACHE.get_ptr_mut(tid % STACK_CACHE_SLOTS);
     if budget_allows(cfg.stacks_per_window, now) {
         let id = capture(ctx);
         if let Some(c) = cached {
             // SAFETY: this CPU's cache entry from a successful lookup, valid
             // for the map's lifetime (see `context` for concurrent updates).
-            unsafe { *c = CachedStack { lock_addr, tid, flags, stack_id: id, _pad: 0 } };
+            unsafe { *c = CachedStack { lock_addr, stack_id: id, tid, flags } };
         }
         return id;
     }
     // SAFETY: as above; only read.
     match cached.map(|c| unsafe { *c }) {
-        Some(c) if c.tid == tid && c.lock_addr == lock_addr && c.flags == flags && c.stack_id >= 0 => {
+        Some(c) if c.tid == tid && c.lock_addr == lock_addr && c.flags == flags && is_stack(c.stack_id) => {
             count(counter::STACK_REUSED);
             c.stack_id
         }

@@ -271,6 +271,7 @@ pub fn record(kind: u32, p: &PendingWait, ids: Ids, now: u64) -> ContentionEvent
         tid: ids.tid,
         tgid: ids.tgid,
         flags: p.flags,
+        _pad: 0,
         stack_id: p.stack_id,
         comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
     }
@@ -284,7 +285,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     let now = unsafe { bpf_ktime_get_ns() };
     if HOLD_ON.get(0).is_some_and(|v| *v != 0) {
         let key = HoldKey { lock_addr: pending.lock_addr, tid: ids.tid, _pad: 0 };
-        let start = HoldStart { start_ns: now, flags: pending.flags, stack_id: pending.stack_id };
+        let start = HoldStart { start_ns: now, stack_id: pending.stack_id, flags: pending.flags, _pad: 0 };
         if !LockType::from_flags(pending.flags).records_owner() && pending.flags & lcb::READ == 0 {
             // Locks with no owner field: the holder is known while its hold is timed.
             note_holder(pending.lock_addr, ids.tid, ids.tgid, pending.stack_id);
@@ -312,6 +313,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
             tgid: o.tgid,
             flags: pending.flags | AGG_BLAME,
             stack_id: o.stack_id,
+            _pad: 0,
         };
         blamed = aggregate_as(&key, wait, || owner_comm(&cfg, o));
         if !blamed && count(counter::AGG_FULL) {
@@ -324,6 +326,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
         tgid: ids.tgid,
         flags: pending.flags,
         stack_id: pending.stack_id,
+        _pad: 0,
     };
     if !aggregate(&key, wait) {
         if count(counter::AGG_FULL) {

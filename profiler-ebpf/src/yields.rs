@@ -82,7 +82,6 @@ fn yield_return<C: EbpfContext>(ctx: &C, ret: i32) -> Result<u32, u32> {
             ret,
             preempt: start.preempt,
             stack_id: start.stack_id,
-            _pad: 0,
             comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
             target_comm: start.target_comm,
         },

@@ -57,9 +57,13 @@ enum Cmd {
         /// Only the rotation (written to target/bench.md, BENCHMARKS.md untouched).
         #[arg(long)]
         rotation_only: bool,
-        /// Seconds of the lockprof serve soak under pipe + fork/exit storms (0: skip it).
-        #[arg(long, default_value_t = 600)]
+        /// Seconds of the lockprof serve soak under pipe + fork/exit + mmap storms (0: skip it).
+        #[arg(long, default_value_t = 1800)]
         soak_secs: u64,
+        /// Only the serve soak (`--soak-secs`, 30 min by default): replaces its section of
+        /// BENCHMARKS.md, the rest untouched.
+        #[arg(long, conflicts_with_all = ["rotation_only", "costs_only"])]
+        soak: bool,
         /// Skip the guest-kernel measurements (hold timing under QEMU).
         #[arg(long)]
         no_guest: bool,
@@ -156,6 +160,7 @@ fn main() -> Result<()> {
             soak_secs,
             no_guest,
             costs_only,
+            soak,
         } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
@@ -182,6 +187,7 @@ fn main() -> Result<()> {
                 soak_secs,
                 guest: !no_guest && !rotation_only,
                 costs_only,
+                soak_only: soak,
             })
         }
     }

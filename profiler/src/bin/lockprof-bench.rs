@@ -93,7 +93,8 @@ fn synthetic(events: usize, stacks: usize, locks: usize) -> Vec<u8> {
             tid: 1000 + (i % 256) as u32,
             tgid: 1000,
             flags: lcb::MUTEX,
-            stack_id: (i % stacks.max(1)) as i32,
+            _pad: 0,
+            stack_id: (i % stacks.max(1)) as u64,
             comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
             owner: Owner::default(),
         };
@@ -145,8 +146,8 @@ fn serve_memory(keys: usize, stacks: usize, per_key: usize, max_callers: usize) 
     };
     let rss_start = rss_kib();
     let n_stacks = stacks.clamp(1, keys.max(1));
-    let stacks: HashMap<u32, Vec<u64>> = (0..n_stacks as u32)
-        .map(|i| (i, (0..12u64).map(|f| 0xffff_ffff_8100_0000 + f * 0x1_0000 + u64::from(i) * 16).collect()))
+    let stacks: HashMap<profiler_common::StackId, Vec<u64>> = (0..n_stacks as u64)
+        .map(|i| (i, (0..12u64).map(|f| 0xffff_ffff_8100_0000 + f * 0x1_0000 + i * 16).collect()))
         .collect();
     let limits = Limits { max_callers, max_idle: Some(60), ..Limits::default() };
     let mut agg = Aggregator::new(limits);
@@ -170,7 +171,8 @@ fn serve_memory(keys: usize, stacks: usize, per_key: usize, max_callers: usize) 
                     tid: 1000 + (k % 256) as u32,
                     tgid: 1000,
                     flags: lcb::MUTEX,
-                    stack_id: (k % n_stacks) as i32,
+                    _pad: 0,
+                    stack_id: (k % n_stacks) as u64,
                     comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
                     owner: Owner::default(),
                 };

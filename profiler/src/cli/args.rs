@@ -94,7 +94,7 @@ pub struct SessionArgs {
     /// Ring buffer size in MiB (power of two).
     #[arg(long, value_name = "MIB", default_value_t = defaults::RINGBUF_MB)]
     pub ringbuf_mb: u32,
-    /// Capacity of the kernel stack map (distinct stacks).
+    /// Capacity of the kernel stack map (distinct stacks not yet read by lockprof; LRU, so it never fills up).
     #[arg(long, value_name = "N", default_value_t = defaults::STACK_MAP_SIZE)]
     pub stack_map_size: u32,
     /// Cap on distinct (lock, stack) pairs kept in memory; more are folded into an overflow row.

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 
 use aya::{
     Btf, Ebpf, Endianness,
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::Iter,
 };
 use profiler_common::{
@@ -409,7 +409,7 @@ impl Probes {
 
     /// Takes the stack map (once).
     pub fn take_stacks(&mut self) -> Result<KernelStacks, LoadError> {
-        Ok(KernelStacks(StackTraceMap::try_from(self.take(map::STACKS)?).map_err(map_err(map::STACKS))?))
+        Ok(KernelStacks(HashMap::try_from(self.take(map::STACKS)?).map_err(map_err(map::STACKS))?))
     }
 
     /// Takes the counters (once).

@@ -71,8 +71,11 @@ const fn kernel(idx: u32) -> &'static str {
 pub struct Losses {
     /// The ring buffer had no room: events lost (raise `--ringbuf-mb`).
     pub ringbuf_full: u64,
-    /// `bpf_get_stackid` failed (map full or hash collision): event kept, stack unavailable.
+    /// A stack could not be walked or stored: event kept, stack unavailable.
     pub stack_failed: u64,
+    /// Distinct stacks the kernel's (LRU) stack map forgot before userspace
+    /// read them: their waits show a placeholder (raise `--stack-map-size`).
+    pub stacks_evicted: u64,
     /// Too many tasks waiting at once: those waits not measured.
     pub pending_map_full: u64,
     /// A lock program fired while another lockprof program ran on that CPU: that wait not measured.
@@ -102,9 +105,10 @@ pub struct Losses {
 
 impl Losses {
     /// Every loss counter, in display order.
-    pub const LIST: [Field<Losses>; 13] = [
+    pub const LIST: [Field<Losses>; 14] = [
         field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
         field!(kernel(counter::STACK_FAILED), stack_failed),
+        field!(user::STACKS_EVICTED, stacks_evicted),
         field!(kernel(counter::PENDING_FULL), pending_map_full),
         field!(kernel(counter::REENTERED), reentered),
         field!(kernel(counter::HOLD_MAP_FULL), hold_map_full),
@@ -159,11 +163,14 @@ pub struct Bookkeeping {
     pub task_rows_aged: u64,
     /// `yield_to` calls folded into `[other]` caller or pair rows (totals stay exact).
     pub yield_keys_overflow: u64,
+    /// Distinct stacks read from the kernel's stack map and symbolized (one
+    /// read again after its rows aged out counts again).
+    pub stacks_read: u64,
 }
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 18] = [
+    pub const LIST: [Field<Bookkeeping>; 19] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -182,6 +189,7 @@ impl Bookkeeping {
         field!(user::CALLER_ROWS_AGED, caller_rows_aged),
         field!(user::TASK_ROWS_AGED, task_rows_aged),
         field!(user::YIELD_KEYS_OVERFLOW, yield_keys_overflow),
+        field!(user::STACKS_READ, stacks_read),
     ];
 }
 

@@ -15,7 +15,7 @@ pub const OTHER_STACKS: &str = "[other stacks: key limit reached]";
 /// A stack skipped under `--stack-rate`.
 pub const STACK_SKIPPED: &str = "[stack not captured: --stack-rate budget spent]";
 /// A stack id the stack map no longer holds.
-pub const STACK_NOT_FOUND: &str = "[stack not found in stack map]";
+pub const STACK_EVICTED: &str = "[stack evicted from the stack map before it was read (raise --stack-map-size)]";
 /// A stack with no frame outside the locking internals.
 pub const UNKNOWN_CALLER: &str = "[unknown caller]";
 /// The function of [`UNKNOWN_CALLER`].
@@ -41,12 +41,12 @@ pub fn held_by(comm: &str) -> String {
     format!("[held by {}]", if comm.is_empty() { "?" } else { comm })
 }
 
-/// What a failed stack capture means, from `bpf_get_stackid`'s errno.
-pub fn stack_not_recorded(errno: i32) -> String {
-    match errno {
-        libc::EEXIST => "[stack not recorded: stack map hash collision (raise --stack-map-size)]".into(),
-        libc::ENOMEM | libc::E2BIG => "[stack not recorded: stack map full (raise --stack-map-size)]".into(),
+/// What a failed stack capture means, from the errno of `bpf_get_stack` or
+/// of storing the stack.
+pub fn stack_not_recorded(errno: u32) -> String {
+    match errno as i32 {
+        libc::ENOMEM | libc::E2BIG => "[stack not recorded: the kernel had no memory to store it]".into(),
         libc::EFAULT => "[stack not recorded: the kernel could not walk it]".into(),
-        e => format!("[stack not recorded: bpf_get_stackid errno {e}]"),
+        e => format!("[stack not recorded: errno {e}]"),
     }
 }

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use profiler_common::{LockType, STACK_SKIPPED};
+use profiler_common::{LockType, STACK_SKIPPED, StackId};
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -248,6 +248,16 @@ fn name_by_address(locks: &mut [LockProfile], ks: &Kallsyms, idents: &mut dyn Id
     }
 }
 
+/// Every stack id `snap` refers to (callers, holds, owners, yield_to
+/// callers, the slowest waits), repeats included.
+fn stack_ids(snap: &Snapshot) -> impl Iterator<Item = StackId> + '_ {
+    let locks = snap
+        .locks
+        .values()
+        .flat_map(|l| l.callers.keys().chain(l.hold_callers.keys()).copied().chain(l.blame.keys().map(|b| b.stack_id)));
+    snap.yields.callers.keys().copied().chain(snap.slowest.iter().map(|e| e.stack_id)).chain(locks)
+}
+
 /// Builds profiles from snapshots for the whole session.
 pub struct ProfileBuilder<S> {
     resolver: Resolver<S>,
@@ -276,6 +286,15 @@ impl<S: StackSource> ProfileBuilder<S> {
     pub fn with_identities(mut self, idents: Box<dyn Identities>) -> Self {
         self.idents = idents;
         self
+    }
+
+    /// Reads and symbolizes every stack `snap` refers to that is not yet,
+    /// so that the kernel's stack map may forget it: what a session with
+    /// no live view does every interval (a live view's `build` does it).
+    pub fn prefetch(&mut self, snap: &Snapshot) {
+        for id in stack_ids(snap) {
+            self.resolver.prefetch(id);
+        }
     }
 
     /// Resolves stacks and names locks, producing a profile sorted by total
@@ -351,14 +370,11 @@ impl<S: StackSource> ProfileBuilder<S> {
             .then(|| yield_profile(&snap.yields, &mut self.resolver, &locks));
         if snap.overflow.aged_callers > 0 {
             // Rows were aged out: forget the stacks nothing refers to any more.
-            let mut used: rustc_hash::FxHashSet<i32> = snap.yields.callers.keys().copied().collect();
-            used.extend(snap.slowest.iter().map(|e| e.stack_id));
-            for l in snap.locks.values() {
-                used.extend(l.callers.keys().chain(l.hold_callers.keys()).copied());
-                used.extend(l.blame.keys().map(|b| b.stack_id));
-            }
+            let used: rustc_hash::FxHashSet<StackId> = stack_ids(snap).collect();
             self.resolver.retain(|id| used.contains(&id));
         }
+        meta.drops.losses.stacks_evicted = self.resolver.evicted();
+        meta.drops.bookkeeping.stacks_read = self.resolver.read();
         Profile { meta, locks, tasks, slowest, yield_to }
     }
 }
@@ -402,13 +418,14 @@ ffffffff822702f1 T __lock_text_end
     fn owners_plus_unknown_sum_to_the_lock_and_merge_by_symbolized_stack() {
         use profiler_common::{Owner, owner};
         let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
-        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+        let stacks: HashMap<profiler_common::StackId, Vec<u64>> = HashMap::from([
             (1, vec![0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004]),
             (2, vec![0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004]),
         ]);
         let mut agg = Aggregator::new(Limits::default());
         let lock = 0xffff_8880_0000_1000;
-        let owned = |tid, stack_id| Owner { kind: owner::TASK, tid, tgid: 7, stack_id, task: 0, comm: [b'w'; 16] };
+        let owned =
+            |tid, stack_id| Owner { kind: owner::TASK, tid, tgid: 7, _pad: 0, stack_id, task: 0, comm: [b'w'; 16] };
         for (wait, o) in [
             (1_000, owned(50, 1)),
             (2_000, owned(50, 2)), // the same stack once symbolized
@@ -474,7 +491,7 @@ ffffffff8226fc00 T queued_read_lock_slowpath
 ffffffff822702f1 T __lock_text_end
 ";
         let ks = Kallsyms::parse(TL_KS.as_bytes()).expect("parse");
-        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+        let stacks: HashMap<profiler_common::StackId, Vec<u64>> = HashMap::from([
             (1, vec![0xffffffff8226fb70, 0xffffffff81300040]),
             (2, vec![0xffffffff8226fc10, 0xffffffff81310040]),
         ]);
@@ -495,7 +512,7 @@ ffffffff822702f1 T __lock_text_end
     #[test]
     fn profile_names_locks_and_merges_identical_stacks() {
         let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
-        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+        let stacks: HashMap<profiler_common::StackId, Vec<u64>> = HashMap::from([
             (1, vec![0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004]),
             (2, vec![0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004]),
             (3, vec![0xffffffff8226fb70, 0xffffffff8135d700]),
@@ -539,7 +556,7 @@ ffffffffc0102000 t kvm_emulate_hypercall\t[kvm]
 ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
 ";
         let ks = Kallsyms::parse(KVM_KS.as_bytes()).expect("parse");
-        let stacks: HashMap<u32, Vec<u64>> = HashMap::from([
+        let stacks: HashMap<profiler_common::StackId, Vec<u64>> = HashMap::from([
             (1, vec![0xffffffff81100005, 0xffffffffc0100050, 0xffffffffc0101020, 0xffffffffc0102010]),
             (2, vec![0xffffffff81100005, 0xffffffffc0100050, 0xffffffffc0103040]),
             // A run-queue lock wait inside yield_to.
@@ -571,7 +588,7 @@ ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
 
     #[test]
     fn no_yield_profile_without_probe_or_calls() {
-        let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<u32, Vec<u64>>::new());
+        let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<profiler_common::StackId, Vec<u64>>::new());
         let p = to_profile(&Aggregator::new(Limits::default()).snapshot(), r, Meta::default());
         assert!(p.yield_to.is_none());
     }
@@ -583,7 +600,7 @@ ffffffffc0103000 t kvm_vcpu_on_spin\t[kvm]
         agg.ingest(&ev(0x1000, lcb::MUTEX, 10, 2, 1));
         let snap = agg.snapshot();
         assert_eq!(snap.tasks[&OVERFLOW_TID].comm, [0; 16], "the aggregator keeps no display text");
-        let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<u32, Vec<u64>>::new());
+        let r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::<profiler_common::StackId, Vec<u64>>::new());
         let p = to_profile(&snap, r, Meta::default());
         let other = p.tasks.iter().find(|t| t.tid == OVERFLOW_TID).expect("overflow row");
         assert_eq!(other.comm, placeholders::OTHER_TASKS);

@@ -48,14 +48,6 @@ pub enum SessionError {
 
 type Builder = ProfileBuilder<KernelStacks>;
 
-/// Where the profile builder is: idle in the session, or in the task that
-/// feeds live views.
-enum BuilderSlot {
-    Idle(Box<Builder>),
-    Live(JoinHandle<Builder>),
-    Gone,
-}
-
 /// What the profile's meta is made of, fixed at start and read live.
 #[derive(Clone)]
 struct MetaSource {
@@ -88,8 +80,8 @@ pub struct Session {
     reader: JoinHandle<std::io::Result<aya::maps::RingBuf<aya::maps::MapData>>>,
     housekeeper: JoinHandle<Housekeeping>,
     aggregator: aggregator::Handle,
-    builder: BuilderSlot,
-    profiles: Option<watch::Receiver<Arc<Profile>>>,
+    builder: JoinHandle<Builder>,
+    profiles: watch::Sender<Arc<Profile>>,
     logger: Option<JoinHandle<()>>,
 }
 
@@ -135,8 +127,11 @@ async fn flush_logs(logger: aya_log::EbpfLogger<&'static dyn log::Log>, stop: Ca
     afd.get_mut().flush();
 }
 
-/// Feeds live views: one profile per snapshot, built off their draw path.
-async fn live_profiles(
+/// Owns the profile builder while the session runs. Every snapshot: with
+/// live views subscribed, one profile, built off their draw path; without,
+/// the new stacks are read and symbolized, so that the kernel's stack map
+/// may forget them (it is an LRU map: a stack read late may be gone).
+async fn feed_builder(
     mut builder: Builder,
     mut snaps: watch::Receiver<Arc<Snapshot>>,
     publish: watch::Sender<Arc<Profile>>,
@@ -152,6 +147,10 @@ async fn live_profiles(
                     break;
                 }
                 let snap = snaps.borrow_and_update().clone();
+                if publish.receiver_count() == 0 {
+                    builder.prefetch(&snap);
+                    continue;
+                }
                 let p = builder.build(&snap, meta.meta(&snap.kernel, 0, 0));
                 publish.send_replace(Arc::new(p));
             }
@@ -244,18 +243,16 @@ impl Prepared {
             filters: opts.filters,
             ..Meta::default()
         };
-        Ok(Session {
-            probes,
-            meta: MetaSource { base, started: Instant::now(), reader: reader_stats },
-            program_fds,
-            stop,
-            reader,
-            housekeeper,
-            aggregator,
-            builder: BuilderSlot::Idle(Box::new(builder)),
-            profiles: None,
-            logger,
-        })
+        let meta = MetaSource { base, started: Instant::now(), reader: reader_stats };
+        let (profiles, _) = watch::channel(Arc::new(Profile::default()));
+        let builder = tokio::spawn(feed_builder(
+            builder,
+            aggregator.snapshots.clone(),
+            profiles.clone(),
+            meta.clone(),
+            stop.clone(),
+        ));
+        Ok(Session { probes, meta, program_fds, stop, reader, housekeeper, aggregator, builder, profiles, logger })
     }
 }
 
@@ -270,19 +267,11 @@ impl Session {
         self.aggregator.snapshots.clone()
     }
 
-    /// Resolved profiles, one per interval, built in a task of their own
-    /// (started on first use; stacks are symbolized once per session).
+    /// Resolved profiles, one per interval from now on, built in a task of
+    /// their own while anyone subscribes (stacks are symbolized once per
+    /// session).
     pub fn profiles(&mut self) -> watch::Receiver<Arc<Profile>> {
-        if let Some(rx) = &self.profiles {
-            return rx.clone();
-        }
-        let (tx, rx) = watch::channel(Arc::new(Profile::default()));
-        if let BuilderSlot::Idle(b) = std::mem::replace(&mut self.builder, BuilderSlot::Gone) {
-            let task = live_profiles(*b, self.snapshots(), tx, self.meta.clone(), self.stop.clone());
-            self.builder = BuilderSlot::Live(tokio::spawn(task));
-        }
-        self.profiles = Some(rx.clone());
-        rx
+        self.profiles.subscribe()
     }
 
     /// Control channel to the aggregator.
@@ -345,6 +334,7 @@ impl Session {
                 tid: p.tid,
                 tgid: p.tgid,
                 flags: p.flags,
+                _pad: 0,
                 stack_id: p.stack_id,
                 comm,
             });
@@ -352,11 +342,7 @@ impl Session {
         let received = meta.reader.received.load(Ordering::Relaxed);
         let malformed = meta.reader.malformed.load(Ordering::Relaxed);
         let userspace_lost = submitted.saturating_sub(received + malformed);
-        let mut builder = match builder {
-            BuilderSlot::Idle(b) => *b,
-            BuilderSlot::Live(task) => task.await?,
-            BuilderSlot::Gone => return Err(std::io::Error::other("profile builder lost").into()),
-        };
+        let mut builder = builder.await?;
         let snap = agg.state();
         Ok(builder.build(snap, meta.meta(&snap.kernel, open.len() as u64, userspace_lost)))
     }

@@ -8,4 +8,4 @@ mod resolve;
 pub use caller::{frame_fn, is_lock_internal, rt_base, select_caller, yield_caller_index};
 pub use kallsyms::{Kallsyms, KallsymsError, Symbol};
 pub use naming::{Identities, KernelIdentity, LockName, NoIdentities, TASKLIST_CALLERS, lock_class, name_lock};
-pub use resolve::{OVERFLOW_STACK, ResolvedStack, Resolver, StackSource};
+pub use resolve::{ResolvedStack, Resolver, StackSource};

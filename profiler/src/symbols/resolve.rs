@@ -2,17 +2,19 @@
 
 use std::{collections::HashMap, sync::Arc};
 
+use profiler_common::{STACK_OVERFLOW, STACK_SKIPPED, StackId, is_stack, stack_errno};
+
 use super::{Kallsyms, caller::is_trace_frame, select_caller};
 use crate::model::{Frames, placeholders};
 
 /// Where raw stacks come from: the kernel's stack map, or a fixture in tests.
 pub trait StackSource {
     /// Instruction pointers of stack `id`, innermost first; `None` if unknown.
-    fn frames(&mut self, id: u32) -> Option<Vec<u64>>;
+    fn frames(&mut self, id: StackId) -> Option<Vec<u64>>;
 }
 
-impl StackSource for HashMap<u32, Vec<u64>> {
-    fn frames(&mut self, id: u32) -> Option<Vec<u64>> {
+impl StackSource for HashMap<StackId, Vec<u64>> {
+    fn frames(&mut self, id: StackId) -> Option<Vec<u64>> {
         self.get(&id).cloned()
     }
 }
@@ -39,21 +41,22 @@ impl ResolvedStack {
 /// How many top frames may belong to the tracing machinery.
 const TRACE_PREFIX_MAX: usize = 6;
 
-/// Stack id used for waits folded into the overflow row.
-pub const OVERFLOW_STACK: i32 = i32::MIN;
-
-/// Resolves and caches stacks (stack ids are stable for a session: the
-/// kernel's stack map never reuses an id for another stack).
+/// Resolves and caches stacks. An id names one stack for the whole session
+/// (it is the hash of the frames, see `profiler_common::StackId`), so a
+/// symbolized stack stays right however long it is kept; the kernel's map
+/// may forget a stack once it has been read here.
 pub struct Resolver<S> {
     ks: Arc<Kallsyms>,
     source: S,
-    cache: HashMap<i32, ResolvedStack>,
+    cache: HashMap<StackId, ResolvedStack>,
+    evicted: u64,
+    read: u64,
 }
 
 impl<S: StackSource> Resolver<S> {
     /// A resolver over a (shared) symbol table and a stack source.
     pub fn new(ks: Arc<Kallsyms>, source: S) -> Self {
-        Resolver { ks, source, cache: HashMap::new() }
+        Resolver { ks, source, cache: HashMap::new(), evicted: 0, read: 0 }
     }
 
     /// The symbol table.
@@ -63,7 +66,7 @@ impl<S: StackSource> Resolver<S> {
 
     /// Forgets the symbolized stacks whose ids `keep` rejects (rows that
     /// referenced them were aged out); they are resolved again if they return.
-    pub fn retain(&mut self, keep: impl Fn(i32) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(StackId) -> bool) {
         self.cache.retain(|id, _| keep(*id));
     }
 
@@ -72,8 +75,27 @@ impl<S: StackSource> Resolver<S> {
         self.cache.len()
     }
 
-    /// Resolves stack `id` (negative ids are capture failures).
-    pub fn stack(&mut self, id: i32) -> &ResolvedStack {
+    /// Distinct stacks the kernel's map had forgotten before they were read.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Stacks read from the source and symbolized.
+    pub fn read(&self) -> u64 {
+        self.read
+    }
+
+    /// Reads and symbolizes stack `id` now if it is not cached yet, so that
+    /// the kernel's map may forget it.
+    pub fn prefetch(&mut self, id: StackId) {
+        if !self.cache.contains_key(&id) {
+            let resolved = self.resolve(id);
+            self.cache.insert(id, resolved);
+        }
+    }
+
+    /// Resolves stack `id` (ids that are not stacks get their reason).
+    pub fn stack(&mut self, id: StackId) -> &ResolvedStack {
         if !self.cache.contains_key(&id) {
             let resolved = self.resolve(id);
             self.cache.insert(id, resolved);
@@ -81,20 +103,22 @@ impl<S: StackSource> Resolver<S> {
         &self.cache[&id]
     }
 
-    fn resolve(&mut self, id: i32) -> ResolvedStack {
+    fn resolve(&mut self, id: StackId) -> ResolvedStack {
         let placeholder = |why: String| ResolvedStack { frames: Frames::from([]), caller: why.clone(), caller_fn: why };
-        if id == OVERFLOW_STACK {
+        if id == STACK_OVERFLOW {
             return placeholder(placeholders::OTHER_STACKS.into());
         }
-        if id == profiler_common::STACK_SKIPPED {
+        if id == STACK_SKIPPED {
             return placeholder(placeholders::STACK_SKIPPED.into());
         }
-        if id < 0 {
-            return placeholder(placeholders::stack_not_recorded(-id));
+        if !is_stack(id) {
+            return placeholder(placeholders::stack_not_recorded(stack_errno(id).unwrap_or(0)));
         }
-        let Some(ips) = self.source.frames(id as u32) else {
-            return placeholder(placeholders::STACK_NOT_FOUND.into());
+        let Some(ips) = self.source.frames(id) else {
+            self.evicted += 1;
+            return placeholder(placeholders::STACK_EVICTED.into());
         };
+        self.read += 1;
         let caller_idx = select_caller(&ips, &self.ks);
         // tp_btf stacks start with the BPF program (unnamed when
         // bpf_jit_kallsyms is off) and the tracing trampoline: drop
@@ -141,13 +165,15 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
     fn strips_trampolines_and_finds_caller() {
         let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
         let stacks = HashMap::from([(
-            7u32,
+            7u64,
             vec![0xffffffffa0000010, 0xffffffff81100008, 0xffffffff81200010, 0xffffffff816e4c50, 0xffffffff816e5004],
         )]);
         let mut r = Resolver::new(Arc::new(ks), stacks);
         let s = r.stack(7).clone();
         assert_eq!(*s.frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", "vfs_write+0x4"]);
         assert_eq!(s.caller, "anon_pipe_write+0x10");
+        r.prefetch(7);
+        assert_eq!((r.read(), r.evicted()), (1, 0));
         assert_eq!(s.caller_fn, "anon_pipe_write");
     }
 
@@ -156,7 +182,7 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
         // With net.core.bpf_jit_kallsyms=0 the program's address has no symbol.
         let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
         let stacks = HashMap::from([(
-            1u32,
+            1u64,
             vec![0xffffffffc0026ac5, 0xffffffff81100008, 0xffffffff81200010, 0xffffffff816e4c50],
         )]);
         let mut r = Resolver::new(Arc::new(ks), stacks);
@@ -166,10 +192,17 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
     #[test]
     fn failures_and_missing_stacks_get_reasons() {
         let mut r = Resolver::new(Arc::new(Kallsyms::default()), HashMap::new());
-        assert_eq!(r.stack(-17).caller, "[stack not recorded: stack map hash collision (raise --stack-map-size)]");
-        assert_eq!(r.stack(-12).caller, "[stack not recorded: stack map full (raise --stack-map-size)]");
-        assert_eq!(r.stack(3).caller, "[stack not found in stack map]");
-        assert_eq!(r.stack(OVERFLOW_STACK).caller, "[other stacks: key limit reached]");
+        let error = profiler_common::stack_error;
+        assert_eq!(r.stack(error(12)).caller, "[stack not recorded: the kernel had no memory to store it]");
+        assert_eq!(r.stack(error(14)).caller, "[stack not recorded: the kernel could not walk it]");
+        assert_eq!(r.stack(error(16)).caller, "[stack not recorded: errno 16]");
+        assert_eq!(r.stack(STACK_SKIPPED).caller, "[stack not captured: --stack-rate budget spent]");
+        assert_eq!(r.stack(STACK_OVERFLOW).caller, "[other stacks: key limit reached]");
+        assert_eq!(r.evicted(), 0);
+        assert_eq!(r.stack(3).caller, "[stack evicted from the stack map before it was read (raise --stack-map-size)]");
         assert!(r.stack(3).frames.is_empty());
+        // Counted once per distinct stack, however often it is asked for.
+        r.prefetch(3);
+        assert_eq!(r.evicted(), 1);
     }
 }

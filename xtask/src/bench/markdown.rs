@@ -246,6 +246,12 @@ fn extras_tables(md: &mut String, e: &Extras) {
     }
     let _ = writeln!(md, "| load + attach (median of 5) | {att:.1} ms |\n");
     serve_tables(md, e);
+    match &e.soak {
+        Some(s) => md.push_str(&soak_section(s)),
+        None => {
+            let _ = writeln!(md, "{SOAK_HEADING}\n\nThe serve soak was not run (`--soak-secs 0`).\n");
+        }
+    }
 }
 
 fn mib(v: &Value) -> f64 {
@@ -296,41 +302,66 @@ decode + aggregate path alone; *serve path* adds symbolized profiles, the Promet
         );
     }
     md.push('\n');
-    let Some(s) = &e.soak else {
-        let _ = writeln!(md, "The serve soak was not run (`--soak-secs 0`).\n");
-        return;
-    };
+}
+
+/// Heading of the soak's section (`cargo xtask bench --soak` replaces it).
+pub const SOAK_HEADING: &str = "## Soak: lockprof serve";
+
+/// The soak's section, from `soak::serve_soak`'s result.
+pub fn soak_section(s: &Value) -> String {
+    let mut md = String::new();
     let samples: Vec<(u64, f64)> = s["rss_kib"]
         .as_array()
         .map(|a| a.iter().filter_map(|p| Some((p[0].as_u64()?, mib(&p[1])))).collect())
         .unwrap_or_default();
     let secs = s["seconds"].as_u64().unwrap_or(0);
+    let storms: Vec<String> = s["storms"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|w| Some(format!("`lockprof stress {}`", w.as_str()?))).collect())
+        .unwrap_or_default();
+    let map = s["stack_map_size"].as_u64().unwrap_or(0);
     let _ = writeln!(
         md,
-        "Soak: `lockprof serve` for {secs} s under `lockprof stress pipe` and `lockprof stress fork` ({} threads each) at \
-once, scraped every 10 s like Prometheus (/metrics) and Parca (/debug/pprof/mutex?seconds=10). RSS every minute:\n",
+        "{SOAK_HEADING}\n\n`lockprof serve --stack-map-size {map}` for {secs} s ({:.0} min) under {} ({} threads each) \
+at once, scraped every 10 s like Prometheus (/metrics) and Parca (/debug/pprof/mutex?seconds=10). The stack map is \
+small on purpose: the storms' distinct stacks (interrupted contexts make new ones all the time) outnumber it several \
+times over. Regenerate with `cargo xtask bench --soak` (as root). RSS every 5 minutes:\n",
+        secs as f64 / 60.0,
+        storms.join(", "),
         s["threads"]
     );
-    let minutes: Vec<&(u64, f64)> =
-        samples.iter().filter(|(t, _)| t % 60 == 0 || *t == samples.last().map_or(0, |l| l.0)).collect();
-    let _ = writeln!(md, "| {} |", minutes.iter().map(|(t, _)| format!("{t} s")).collect::<Vec<_>>().join(" | "));
-    let _ = writeln!(md, "|{}", "---|".repeat(minutes.len()));
-    let _ =
-        writeln!(md, "| {} |\n", minutes.iter().map(|(_, r)| format!("{r:.1} MiB")).collect::<Vec<_>>().join(" | "));
+    let last = samples.last().map_or(0, |l| l.0);
+    let marks: Vec<&(u64, f64)> = samples.iter().filter(|(t, _)| t % 300 == 0 || *t == last).collect();
+    let _ = writeln!(md, "| {} |", marks.iter().map(|(t, _)| format!("{t} s")).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(md, "|{}", "---|".repeat(marks.len()));
+    let _ = writeln!(md, "| {} |\n", marks.iter().map(|(_, r)| format!("{r:.1} MiB")).collect::<Vec<_>>().join(" | "));
     let warm = samples.iter().find(|(t, _)| *t >= 120).map_or(0.0, |x| x.1);
     let peak_after = samples.iter().filter(|(t, _)| *t >= 120).map(|x| x.1).fold(0.0, f64::max);
     let end = samples.last().map_or(0.0, |x| x.1);
     let flat = peak_after - warm <= 8.0;
+    let met = |ok: bool| if ok { "yes" } else { "**no**" };
+    let count = |n: &str| s["stacks"][n].as_u64();
+    let shown = |v: Option<u64>| v.map_or("not reported".to_string(), |v| v.to_string());
+    let (read, failed, evicted) = (count("stacks_read"), count("stack_failed"), count("stacks_evicted"));
     let _ = writeln!(
         md,
         "| soak | value | target | met |\n|---|---|---|---|\n\
+| distinct stacks read (`stacks_read`) | {} ({:.1}x the map's {map}) | several times the capacity (>= 3x) | {} |\n\
+| `stack_failed` | {} | 0 | {} |\n\
+| `stacks_evicted` (forgotten before they were read) | {} | - | - |\n\
 | RSS after warm-up (2 min) | {warm:.1} MiB | - | - |\n\
 | RSS growth from 2 min to the end (peak) | {:.1} MiB (end: {end:.1} MiB) | flat: at most 8 MiB | {} |\n\
 | /metrics scrape, median / max | {:.1} / {:.1} ms, {} KiB | - | - |\n\
 | /debug/pprof/mutex?seconds=10, median | {:.1} ms, {} KiB | - | - |\n\
 | daemon CPU | {:.1}% of one CPU | - | - |\n",
+        shown(read),
+        read.unwrap_or(0) as f64 / map.max(1) as f64,
+        met(read.unwrap_or(0) >= 3 * map),
+        shown(failed),
+        met(failed == Some(0)),
+        shown(evicted),
         peak_after - warm,
-        if flat { "yes" } else { "**no**" },
+        met(flat),
         s["metrics_ms_median"].as_f64().unwrap_or(0.0),
         s["metrics_ms_max"].as_f64().unwrap_or(0.0),
         s["metrics_bytes"].as_u64().unwrap_or(0) / 1024,
@@ -338,6 +369,7 @@ once, scraped every 10 s like Prometheus (/metrics) and Parca (/debug/pprof/mute
         s["pprof_bytes"].as_u64().unwrap_or(0) / 1024,
         s["cpu_percent"].as_f64().unwrap_or(0.0),
     );
+    md
 }
 
 /// The design notes (kept by hand: what was tried and measured).

@@ -41,6 +41,8 @@ pub struct Opts {
     pub guest: bool,
     /// Only the program costs, replacing their section of BENCHMARKS.md.
     pub costs_only: bool,
+    /// Only the serve soak, replacing its section of BENCHMARKS.md.
+    pub soak_only: bool,
 }
 
 /// Rounds and seconds per run of the guest benchmark.
@@ -109,6 +111,9 @@ pub fn run(o: &Opts) -> Result<()> {
     if o.costs_only {
         return costs_only(o);
     }
+    if o.soak_only {
+        return soak_only(o);
+    }
     let facts = markdown::machine_facts();
     eprintln!("bench: {facts}");
     let tracers = tracers(o);
@@ -148,6 +153,21 @@ pub fn run(o: &Opts) -> Result<()> {
         if o.rotation_only { workspace_root().join("target/bench.md") } else { workspace_root().join("BENCHMARKS.md") };
     std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
+
+/// Runs the serve soak and replaces its section of BENCHMARKS.md.
+fn soak_only(o: &Opts) -> Result<()> {
+    let path = workspace_root().join("BENCHMARKS.md");
+    let doc = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    eprintln!("bench: serve soak for {} s", o.soak_secs);
+    let section = markdown::soak_section(&soak::serve_soak(o.soak_secs, 2)?);
+    print!("{section}");
+    let md = markdown::replace_section(&doc, markdown::SOAK_HEADING, &section).with_context(|| {
+        format!("{} has no '{}' section: run the whole `cargo xtask bench`", path.display(), markdown::SOAK_HEADING)
+    })?;
+    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("bench: rewrote the soak in {}", path.display());
     Ok(())
 }
 

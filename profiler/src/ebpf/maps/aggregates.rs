@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn cache_slots_count_only_in_their_generation() {
-        let key = |tid| AggKey { lock_addr: 0xffff_8881_0000_1000, tid, tgid: 7, flags: 0x20, stack_id: 3 };
+        let key = |tid| AggKey { lock_addr: 0xffff_8881_0000_1000, tid, tgid: 7, flags: 0x20, stack_id: 3, _pad: 0 };
         let slot = |tid, epoch, count| AggSlot {
             key: key(tid),
             epoch,

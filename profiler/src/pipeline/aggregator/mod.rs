@@ -9,7 +9,8 @@ mod tables;
 use std::sync::Arc;
 
 use profiler_common::{
-    AGG_BLAME, AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, YieldEvent, hist_bucket_low, owner,
+    AGG_BLAME, AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, STACK_OVERFLOW, StackId, YieldEvent,
+    hist_bucket_low, owner,
 };
 use rustc_hash::FxHashMap;
 
@@ -20,10 +21,7 @@ pub use tables::{
 };
 
 use super::record::Record;
-use crate::{
-    model::{DETAIL_SIGFIG, LOCK_SIGFIG, LockKey, Stats, YieldStats},
-    symbols::OVERFLOW_STACK,
-};
+use crate::model::{DETAIL_SIGFIG, LOCK_SIGFIG, LockKey, Stats, YieldStats};
 
 /// The row of lock `key`, or the overflow row when the lock cap is reached
 /// (then the flag is true).
@@ -52,12 +50,12 @@ fn lock_row<'a>(
 
 /// The caller slot of `stack_id` in `lock`, created empty if new, or the
 /// overflow stack's when the caller cap is reached (then the flag is true).
-fn caller_slot(lock: &mut LockAgg, callers: &mut usize, max_callers: usize, stack_id: i32) -> (i32, bool) {
+fn caller_slot(lock: &mut LockAgg, callers: &mut usize, max_callers: usize, stack_id: StackId) -> (StackId, bool) {
     if lock.callers.contains_key(&stack_id) {
         return (stack_id, false);
     }
     let overflow = *callers >= max_callers;
-    let sid = if overflow { OVERFLOW_STACK } else { stack_id };
+    let sid = if overflow { STACK_OVERFLOW } else { stack_id };
     if let std::collections::hash_map::Entry::Vacant(e) = lock.callers.entry(sid) {
         *callers += 1;
         e.insert(Arc::new(Stats::new(DETAIL_SIGFIG)));
@@ -68,7 +66,7 @@ fn caller_slot(lock: &mut LockAgg, callers: &mut usize, max_callers: usize, stac
 /// Who waited, from where.
 #[derive(Clone, Copy)]
 struct Waiter<'a> {
-    stack_id: i32,
+    stack_id: StackId,
     tid: u32,
     tgid: u32,
     comm: &'a [u8; 16],
@@ -132,7 +130,7 @@ impl Aggregator {
         let limits = self.limits;
         let y = Arc::make_mut(&mut self.state.yields);
         y.total.record(ev.ret, ev.latency_ns);
-        let (sid, caller_overflow) = capped(&y.callers, ev.stack_id, limits.max_callers, OVERFLOW_STACK);
+        let (sid, caller_overflow) = capped(&y.callers, ev.stack_id, limits.max_callers, STACK_OVERFLOW);
         y.callers.entry(sid).or_default().record(ev.ret, ev.latency_ns);
         let pair = YieldPairKey { tid: ev.tid, target_tid: ev.target_pid };
         let (key, pair_overflow) = capped(&y.pairs, pair, limits.max_tasks, YieldPairKey::OVERFLOW);
@@ -189,7 +187,7 @@ impl Aggregator {
     /// A hold can arrive before its wait (holds and waits reach userspace
     /// separately), so the lock and caller rows are created here when
     /// missing, with no waits yet.
-    fn fold_hold(&mut self, key: LockKey, stack_id: i32, add: impl Fn(&mut Stats)) {
+    fn fold_hold(&mut self, key: LockKey, stack_id: StackId, add: impl Fn(&mut Stats)) {
         let (lock, _) = lock_row(&mut self.state.locks, &self.limits, key, self.tick);
         add(lock.hold.get_or_insert_with(|| Stats::new(LOCK_SIGFIG)));
         let (sid, _) = caller_slot(lock, &mut self.callers, self.limits.max_callers, stack_id);
@@ -278,7 +276,7 @@ impl Aggregator {
                 continue;
             }
             let l = Arc::make_mut(l);
-            let stale: Vec<i32> = l.caller_touched.iter().filter(|(_, t)| **t < oldest).map(|(s, _)| *s).collect();
+            let stale: Vec<StackId> = l.caller_touched.iter().filter(|(_, t)| **t < oldest).map(|(s, _)| *s).collect();
             for sid in stale {
                 l.caller_touched.remove(&sid);
                 l.hold_callers.remove(&sid);

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use profiler_common::ContentionEvent;
+use profiler_common::{ContentionEvent, StackId};
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -43,18 +43,18 @@ pub struct LockAgg {
     /// All waits on the lock.
     pub wait: Stats,
     /// Waits per kernel stack id.
-    pub callers: FxHashMap<i32, Arc<Stats>>,
+    pub callers: FxHashMap<StackId, Arc<Stats>>,
     /// Hold times of contended acquisitions (None until one is seen).
     pub hold: Option<Stats>,
     /// Hold times per acquirer stack id.
-    pub hold_callers: FxHashMap<i32, Arc<Stats>>,
+    pub hold_callers: FxHashMap<StackId, Arc<Stats>>,
     /// Waits charged to the owner that made them wait.
     pub blame: FxHashMap<BlameKey, BlameAgg>,
     /// Publish interval of the last update (for ageing).
     pub touched: u64,
     /// Publish interval of each caller slot's last update (only with
     /// `Limits::max_idle`).
-    pub caller_touched: FxHashMap<i32, u64>,
+    pub caller_touched: FxHashMap<StackId, u64>,
 }
 
 /// Who a wait is blamed on: the owner thread (0: readers) and the stack it
@@ -64,12 +64,12 @@ pub struct BlameKey {
     /// Owner thread id, 0 for readers.
     pub owner_tid: u32,
     /// Owner's acquire stack id.
-    pub stack_id: i32,
+    pub stack_id: StackId,
 }
 
 impl BlameKey {
     /// The row of owners past the per-lock cap.
-    pub const OVERFLOW: BlameKey = BlameKey { owner_tid: OVERFLOW_TID, stack_id: crate::symbols::OVERFLOW_STACK };
+    pub const OVERFLOW: BlameKey = BlameKey { owner_tid: OVERFLOW_TID, stack_id: profiler_common::STACK_OVERFLOW };
 }
 
 /// Waits one owner caused.
@@ -152,7 +152,7 @@ pub struct YieldAgg {
     /// Every call.
     pub total: YieldStats,
     /// Per caller stack id.
-    pub callers: FxHashMap<i32, YieldStats>,
+    pub callers: FxHashMap<StackId, YieldStats>,
     /// Per (yielder, target).
     pub pairs: FxHashMap<YieldPairKey, YieldPairAgg>,
     /// Calls folded into overflow rows (caller or pair limit reached).

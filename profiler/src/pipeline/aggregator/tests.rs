@@ -7,7 +7,7 @@ use profiler_common::{EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, 
 use super::*;
 use crate::{model::LockKey, pipeline::record::Record};
 
-pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: i32) -> ContentionEvent {
+pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: profiler_common::StackId) -> ContentionEvent {
     let mut comm = [0u8; 16];
     let name = format!("task{tid}");
     comm[..name.len()].copy_from_slice(name.as_bytes());
@@ -19,6 +19,7 @@ pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: i32) -
         tgid: tid / 10,
         flags,
         cpu: 0,
+        _pad: 0,
         stack_id,
         kind: EVENT_CONTENTION,
         comm,
@@ -65,7 +66,7 @@ fn key_limits_fold_into_overflow_rows_and_keep_totals() {
     for i in 0..10u64 {
         let w = 100 + i;
         total += w;
-        a.ingest(&ev(0x1000 + i, lcb::SPIN, w, i as u32 + 1, i as i32));
+        a.ingest(&ev(0x1000 + i, lcb::SPIN, w, i as u32 + 1, i));
     }
     let s = a.snapshot();
     assert_eq!(s.locks.len(), 3, "two real locks and the overflow row");
@@ -92,7 +93,7 @@ fn aggregates_and_events_fold_into_the_same_rows() {
         v.hist[hist_bucket(w)] += 1;
     }
     v.comm[..4].copy_from_slice(b"aggr");
-    let key = AggKey { lock_addr: 0x100, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 3 };
+    let key = AggKey { lock_addr: 0x100, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 3, _pad: 0 };
     a.ingest_agg(&key, &v);
     let s = a.snapshot();
     assert_eq!(s.events, 4);
@@ -132,7 +133,7 @@ fn holds_attach_to_the_lock_and_acquirer_stack() {
     let mut early = ev(0x999, lcb::MUTEX, 10, 7, 4);
     early.kind = EVENT_HOLD;
     a.apply(&Record::Hold(early));
-    let key = AggKey { lock_addr: 0x999, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 4 };
+    let key = AggKey { lock_addr: 0x999, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 4, _pad: 0 };
     let mut v = AggVal { count: 1, total_ns: 500, min_ns: 500, max_ns: 500, ..AggVal::default() };
     v.hist[profiler_common::hist_bucket(500)] = 1;
     a.ingest_agg(&key, &v);
@@ -152,7 +153,7 @@ fn holds_attach_to_the_lock_and_acquirer_stack() {
 #[test]
 fn in_kernel_hold_aggregates_land_in_hold_statistics_not_waits() {
     let mut a = Aggregator::new(Limits::default());
-    let wait_key = AggKey { lock_addr: 0x500, tid: 9, tgid: 9, flags: lcb::MUTEX | lcb::SPIN, stack_id: 2 };
+    let wait_key = AggKey { lock_addr: 0x500, tid: 9, tgid: 9, flags: lcb::MUTEX | lcb::SPIN, stack_id: 2, _pad: 0 };
     let mut w = AggVal { count: 3, total_ns: 300, min_ns: 100, max_ns: 100, ..AggVal::default() };
     w.hist[profiler_common::hist_bucket(100)] = 3;
     a.ingest_agg(&wait_key, &w);
@@ -171,7 +172,13 @@ fn in_kernel_hold_aggregates_land_in_hold_statistics_not_waits() {
     assert_eq!(lock.hold_callers[&2].count(), 2);
 }
 
-pub(crate) fn yield_ev(tid: u32, target: u32, ret: i32, latency_ns: u64, stack_id: i32) -> YieldEvent {
+pub(crate) fn yield_ev(
+    tid: u32,
+    target: u32,
+    ret: i32,
+    latency_ns: u64,
+    stack_id: profiler_common::StackId,
+) -> YieldEvent {
     let mut comm = [0u8; 16];
     comm[..8].copy_from_slice(b"vcpu-thr");
     YieldEvent {
@@ -186,7 +193,6 @@ pub(crate) fn yield_ev(tid: u32, target: u32, ret: i32, latency_ns: u64, stack_i
         cpu: 0,
         kind: EVENT_YIELD,
         stack_id,
-        _pad: 0,
         comm,
         target_comm: comm,
     }
@@ -215,7 +221,7 @@ fn yields_fold_per_caller_and_pair() {
 fn yield_pairs_beyond_the_limit_fold_into_one_row() {
     let mut a = Aggregator::new(Limits { max_locks: 10, max_callers: 1, max_tasks: 2, ..Limits::default() });
     for t in 0..5u32 {
-        a.ingest_yield(&yield_ev(t, t + 1, 1, 10, t as i32));
+        a.ingest_yield(&yield_ev(t, t + 1, 1, 10, u64::from(t)));
     }
     let y = &a.state().yields;
     assert_eq!(y.pairs.len(), 3, "two pairs and the overflow row");
@@ -262,6 +268,7 @@ fn blame_from_streams_and_aggregates_sums_per_owner() {
         kind: owner::TASK,
         tid,
         tgid: 100,
+        _pad: 0,
         stack_id,
         task: 0,
         comm: *b"writer\0\0\0\0\0\0\0\0\0\0",
@@ -277,7 +284,7 @@ fn blame_from_streams_and_aggregates_sums_per_owner() {
     a.ingest(&readers);
     a.ingest(&ev(0x700, lcb::MUTEX, 250, 2, 3)); // owner unknown
     // An in-kernel blame aggregate of the same owner and stack.
-    let key = AggKey { lock_addr: 0x700, tid: 42, tgid: 100, flags: lcb::MUTEX | AGG_BLAME, stack_id: 9 };
+    let key = AggKey { lock_addr: 0x700, tid: 42, tgid: 100, flags: lcb::MUTEX | AGG_BLAME, stack_id: 9, _pad: 0 };
     let v = AggVal { count: 2, total_ns: 6_000, min_ns: 2_000, max_ns: 4_000, ..AggVal::default() };
     a.ingest_agg(&key, &v);
     let s = a.snapshot();
