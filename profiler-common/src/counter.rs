@@ -88,6 +88,8 @@ pub mod user {
     pub const USERSPACE_LOST: &str = "userspace_lost";
     /// Ring buffer records of the wrong size.
     pub const MALFORMED_RECORDS: &str = "malformed_records";
+    /// Map operations the kernel refused mid-session (aggregate flip or drain).
+    pub const MAP_OPS_REFUSED: &str = "map_ops_refused";
     /// Stacks the kernel's stack map forgot before userspace read them.
     pub const STACKS_EVICTED: &str = "stacks_evicted";
     /// Distinct stacks read from the kernel's stack map and symbolized.

@@ -16,6 +16,7 @@ pub mod commands;
 pub mod ebpf;
 pub mod export;
 pub mod model;
+pub mod output_file;
 pub mod pipeline;
 pub mod query;
 pub mod recording;

@@ -29,6 +29,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The live commands handle SIGINT, SIGTERM and SIGHUP from the moment
+    // they start: until their handler is set, those signals wait.
+    if matches!(&cli.command, Command::Record(_) | Command::Top(_) | Command::Serve(_))
+        || matches!(&cli.command, Command::Flamegraph(f) if f.duration.is_some())
+    {
+        lockprof::shutdown::hold();
+    }
     let level = match cli.verbose {
         0 => log::LevelFilter::Warn,
         1 => log::LevelFilter::Info,
@@ -66,7 +73,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lockprof: {e:#}");
+            lockprof::shutdown::say(&format!("lockprof: {e:#}"));
             ExitCode::from(exit_code(&e))
         }
     }

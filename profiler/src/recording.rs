@@ -6,13 +6,16 @@
 
 use std::{
     fs::File,
-    io::{Read, Seek, Write},
+    io::Read,
     path::{Path, PathBuf},
 };
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Profile;
+use crate::{
+    model::Profile,
+    output_file::{OutputFile, WriteError},
+};
 
 /// Value of the `format` field.
 pub const FORMAT: &str = "lockprof-recording";
@@ -74,43 +77,24 @@ struct In {
     profile: Profile,
 }
 
-/// An output file opened before profiling starts, so an unwritable path fails
-/// before anything is attached. Existing content is kept until [`save`](OutputFile::save).
-#[derive(Debug)]
-pub struct OutputFile {
-    path: PathBuf,
-    file: File,
+/// The bytes of a recording of `profile` (`path` is only used in messages).
+pub fn to_bytes(path: &Path, profile: &Profile) -> Result<Vec<u8>, RecordingError> {
+    let mut bytes = serde_json::to_vec(&Out { format: FORMAT, version: VERSION, profile })
+        .map_err(|e| RecordingError::Corrupt { path: path.to_path_buf(), detail: e.to_string() })?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
-impl OutputFile {
-    /// Opens (creating if needed) `path` for writing without truncating it.
-    pub fn open(path: &Path) -> Result<OutputFile, RecordingError> {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|source| RecordingError::Io { path: path.to_path_buf(), source })?;
-        Ok(OutputFile { path: path.to_path_buf(), file })
-    }
-
-    /// Replaces the file's content with the recording.
-    pub fn save(mut self, profile: &Profile) -> Result<PathBuf, RecordingError> {
-        let io = |source| RecordingError::Io { path: self.path.clone(), source };
-        let bytes = serde_json::to_vec(&Out { format: FORMAT, version: VERSION, profile })
-            .map_err(|e| RecordingError::Corrupt { path: self.path.clone(), detail: e.to_string() })?;
-        self.file.set_len(0).map_err(io)?;
-        self.file.rewind().map_err(io)?;
-        self.file.write_all(&bytes).map_err(io)?;
-        self.file.write_all(b"\n").map_err(io)?;
-        self.file.sync_all().map_err(io)?;
-        Ok(self.path)
-    }
-}
-
-/// Writes a recording to `path`.
+/// Writes a recording to `path`, whole or not at all (see [`OutputFile`]).
 pub fn save(path: &Path, profile: &Profile) -> Result<PathBuf, RecordingError> {
-    OutputFile::open(path)?.save(profile)
+    let out = OutputFile::open(path)?;
+    Ok(out.write(&to_bytes(path, profile)?)?)
+}
+
+impl From<WriteError> for RecordingError {
+    fn from(e: WriteError) -> Self {
+        RecordingError::Io { path: e.path, source: e.source }
+    }
 }
 
 /// Reads a recording.
@@ -198,7 +182,7 @@ mod tests {
         for k in &added {
             assert_eq!(drops.remove(k), Some(serde_json::json!(0)), "{k}");
         }
-        assert_eq!(added, ["stacks_evicted", "stacks_read"]);
+        assert_eq!(added, ["map_ops_refused", "stacks_evicted", "stacks_read"]);
         assert_eq!(now, then);
         // The text is the same but for the losses named on the counters line.
         let old = read("report.txt");
@@ -212,24 +196,6 @@ mod tests {
             read("recording.json").replacen("\"agg_map_full\":0", "\"retired_counter\":5,\"agg_map_full\":0", 1);
         assert!(other.contains("retired_counter"));
         assert_eq!(parse(dir, other.as_bytes()).expect("parse").meta, p.meta);
-    }
-
-    #[test]
-    fn output_file_keeps_old_content_until_saved() {
-        let path = tmp("keep");
-        std::fs::write(&path, "old").expect("write");
-        let out = OutputFile::open(&path).expect("open");
-        assert_eq!(std::fs::read_to_string(&path).expect("read"), "old");
-        out.save(&Profile::default()).expect("save");
-        let back = load(&path).expect("load");
-        let _ = std::fs::remove_file(&path);
-        assert!(back.locks.is_empty());
-    }
-
-    #[test]
-    fn unwritable_output_is_an_error() {
-        let err = OutputFile::open(Path::new("/nonexistent-dir/x.lockprof")).expect_err("must fail");
-        assert!(err.to_string().contains("/nonexistent-dir/x.lockprof"), "{err}");
     }
 
     #[test]

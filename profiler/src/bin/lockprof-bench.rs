@@ -226,7 +226,7 @@ fn attach(rounds: usize) -> anyhow::Result<serde_json::Value> {
 async fn floor(duration: Option<f64>) -> anyhow::Result<serde_json::Value> {
     let floor = FloorProbes::attach()?;
     eprintln!("lockprof-bench: floor attached");
-    let stop = lockprof::shutdown::on_signal()?;
+    let (stop, _) = lockprof::shutdown::on_signal(lockprof::shutdown::Hangup::Stop)?;
     match duration {
         Some(d) => tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs_f64(d)) => {}

@@ -18,8 +18,8 @@ fn load(path: &Path) -> anyhow::Result<Profile> {
 }
 
 fn write(path: &Path, bytes: &[u8], what: &str) -> anyhow::Result<()> {
-    std::fs::write(path, bytes).map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?;
-    eprintln!("lockprof: wrote {what} {}", path.display());
+    super::write_file(path, bytes)?;
+    crate::shutdown::say(&format!("lockprof: wrote {what} {}", path.display()));
     Ok(())
 }
 
@@ -76,7 +76,7 @@ pub async fn flamegraph(args: &FlamegraphArgs) -> anyhow::Result<()> {
         (Some(i), _) => load(i)?,
         (None, Some(d)) => {
             let opts = SessionOptions::try_from(&args.session)?;
-            super::record::record_profile(opts, Some(d), None).await?
+            super::record::record_profile(opts, Some(d), None).await?.profile
         }
         (None, None) => {
             return Err(UsageError("give --input FILE, --duration SECS or --diff BEFORE AFTER".into()).into());

@@ -53,11 +53,23 @@ pub(crate) fn check_binary_stdout(format: crate::report::Format, to_file: bool) 
 
 /// Writes a rendered report to `path`, or stdout.
 pub(crate) fn emit(bytes: &[u8], path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use anyhow::Context as _;
     match path {
-        Some(p) => std::fs::write(p, bytes).map_err(|e| UsageError(format!("cannot write {}: {e}", p.display())))?,
-        None => write_stdout(bytes)?,
+        Some(p) => {
+            write_file(p, bytes)?;
+        }
+        None => write_stdout(bytes).context("writing the report to stdout")?,
     }
     Ok(())
+}
+
+/// Writes a whole file: a path that cannot be opened is bad input (exit
+/// status 2); a write that fails (a full disk) is not (1), and leaves no
+/// partial file.
+pub(crate) fn write_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<std::path::PathBuf> {
+    let out = crate::output_file::OutputFile::open(path).map_err(|e| UsageError(format!("cannot write {e}")))?;
+    out.write(bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write {e}; nothing partial was left there (an earlier file is kept)"))
 }
 
 /// Waits for `duration` (forever if `None`) or SIGINT/SIGTERM, whichever is first.

@@ -8,6 +8,7 @@ use crate::{
     cli::ServeArgs,
     serve::{self, ServeOptions},
     session::Session,
+    shutdown::{self, Hangup},
 };
 
 /// Runs the daemon. Attaching and dropping capabilities happen on this
@@ -30,18 +31,22 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let kept = serve::drop_after_attach(|| prepared.probe_map_access())?;
     log::info!("privileges after attaching: {kept}");
     super::runtime().context("starting the async runtime")?.block_on(async move {
-        let stop = crate::shutdown::on_signal().context("catching SIGINT and SIGTERM")?;
+        // A daemon outlives the terminal that started it: SIGHUP is ignored.
+        let (stop, hangups) = shutdown::on_signal(Hangup::Ignore).context("catching SIGINT, SIGTERM and SIGHUP")?;
         let mut session = prepared.start()?;
-        eprintln!(
+        shutdown::say(&format!(
             "lockprof: serving http://{addr}/metrics and /debug/pprof/mutex with the {} backend ({kept}); Ctrl-C or SIGTERM stops",
             session.backend()
-        );
+        ));
         let listener = tokio::net::TcpListener::from_std(listener).context("registering the listening socket")?;
         let served = serve::run(listener, session.profiles(), &sopts, stop).await;
         let finished = session.finish().await;
         served?;
         finished.context("finishing the session")?;
-        eprintln!("lockprof: stopped; programs detached");
+        match hangups.count() {
+            0 => shutdown::say("lockprof: stopped; programs detached"),
+            n => shutdown::say(&format!("lockprof: stopped; programs detached ({n} SIGHUP ignored)")),
+        }
         Ok(())
     })
 }

@@ -97,11 +97,15 @@ pub struct Losses {
     pub userspace_lost: u64,
     /// Ring buffer records of the wrong size.
     pub malformed_records: u64,
+    /// Map operations the kernel refused mid-session (the aggregate flip or
+    /// drain): those waits reach the report late (at the next drain, or at
+    /// stop), or, when a drain failed midway, not at all.
+    pub map_ops_refused: u64,
 }
 
 impl Losses {
     /// Every loss counter, in display order.
-    pub const LIST: [Field<Losses>; 13] = [
+    pub const LIST: [Field<Losses>; 14] = [
         field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
         field!(kernel(counter::STACK_FAILED), stack_failed),
         field!(user::STACKS_EVICTED, stacks_evicted),
@@ -115,6 +119,7 @@ impl Losses {
         field!(user::RECURSION_MISSES, recursion_misses),
         field!(user::USERSPACE_LOST, userspace_lost),
         field!(user::MALFORMED_RECORDS, malformed_records),
+        field!(user::MAP_OPS_REFUSED, map_ops_refused),
     ];
 }
 

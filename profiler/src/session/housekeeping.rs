@@ -6,6 +6,7 @@ use std::{os::fd::RawFd, time::Duration};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::refusals::Refusals;
 use crate::{
     ebpf::{AggMaps, KernelCounters, PendingMaps, recursion_misses},
     pipeline::{Msg, aggregator::KernelStatus},
@@ -26,28 +27,41 @@ pub struct Housekeeping {
     pub counters: KernelCounters,
     /// Program fds, for their recursion misses.
     pub program_fds: Vec<RawFd>,
+    /// Map operations the kernel refused.
+    pub refused: Refusals,
 }
 
 impl Housekeeping {
     /// The kernel side's counters now.
     pub fn status(&self) -> KernelStatus {
-        KernelStatus { counters: self.counters.read(), recursion_misses: recursion_misses(&self.program_fds) }
+        KernelStatus {
+            counters: self.counters.read(),
+            recursion_misses: recursion_misses(&self.program_fds),
+            map_ops_refused: self.refused.count(),
+        }
+    }
+
+    /// Counts a refused map operation; the first is said (once).
+    fn refused(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        if let Some(line) = self.refused.note(what, err) {
+            log::warn!("{line}");
+        }
     }
 
     /// Flips the aggregate maps and sends what the inactive one held.
     async fn drain_aggregates(&mut self, tx: &mpsc::Sender<Msg>) {
         let Some(maps) = self.aggs.as_mut() else { return };
+        // A refused flip loses nothing: the programs keep writing the
+        // current generation, drained at the next flip or at stop.
         let epoch = match maps.flip() {
             Ok(i) => i,
-            Err(e) => {
-                log::warn!("{e}");
-                return;
-            }
+            Err(e) => return self.refused("flipping the aggregate maps", &e),
         };
         tokio::time::sleep(FLIP_GRACE).await;
         let mut out = Vec::new();
-        if let Err(e) = maps.drain(epoch, &mut out) {
-            log::warn!("draining aggregates: {e}");
+        let drained = maps.drain(epoch, &mut out);
+        if let Err(e) = drained {
+            self.refused("draining the aggregate maps", &e);
         }
         if !out.is_empty() {
             let _ = tx.send(Msg::Aggregates(out)).await;
@@ -59,8 +73,9 @@ impl Housekeeping {
     pub async fn final_drain(&mut self, tx: &mpsc::Sender<Msg>) {
         let Some(maps) = self.aggs.as_mut() else { return };
         let mut out = Vec::new();
-        if let Err(e) = maps.drain(maps.epoch(), &mut out) {
-            log::warn!("final drain of aggregates: {e}");
+        let drained = maps.drain(maps.epoch(), &mut out);
+        if let Err(e) = drained {
+            self.refused("the final drain of the aggregate maps", &e);
         }
         if !out.is_empty() {
             let _ = tx.send(Msg::Aggregates(out)).await;

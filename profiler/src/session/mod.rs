@@ -6,6 +6,7 @@
 
 mod housekeeping;
 mod options;
+mod refusals;
 
 use std::{
     os::fd::RawFd,
@@ -65,6 +66,7 @@ impl MetaSource {
         drops.losses.malformed_records = self.reader.malformed.load(Ordering::Relaxed);
         drops.losses.userspace_lost = userspace_lost;
         drops.losses.recursion_misses = k.recursion_misses;
+        drops.losses.map_ops_refused = k.map_ops_refused;
         Meta { duration_s: self.started.elapsed().as_secs_f64(), drops, ..self.base.clone() }
     }
 }
@@ -180,6 +182,7 @@ impl Session {
             pending: probes.take_pending()?,
             counters: probes.take_counters()?,
             program_fds: probes.program_fds(),
+            refused: Default::default(),
         };
         Ok(Prepared { opts, probes, ring, builder, hk })
     }
@@ -296,7 +299,8 @@ impl Session {
         let counters = hk.counters.read();
         if let Some(tx) = self.aggregator.sender() {
             hk.final_drain(&tx).await;
-            let _ = tx.send(Msg::Kernel(KernelStatus { counters, recursion_misses: misses })).await;
+            let status = KernelStatus { counters, recursion_misses: misses, map_ops_refused: hk.refused.count() };
+            let _ = tx.send(Msg::Kernel(status)).await;
         }
         let mut profile = self.resolve_final(hk, counters.get(counter::EVENTS)).await?;
         profile.meta.duration_s = duration_s;

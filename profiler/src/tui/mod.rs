@@ -58,10 +58,10 @@ fn spawn_input(tx: mpsc::Sender<Event>, stop: Arc<AtomicBool>) {
     });
 }
 
-/// Runs the dashboard until quit, SIGINT or SIGTERM; then restores the
-/// terminal and detaches.
+/// Runs the dashboard until quit, SIGINT, SIGTERM or SIGHUP (its terminal
+/// closed); then restores the terminal (if still there) and detaches.
 pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
-    let stop_signal = crate::shutdown::on_signal()?;
+    let (stop_signal, _) = crate::shutdown::on_signal(crate::shutdown::Hangup::Stop)?;
     // Attach before taking over the terminal, so errors print normally.
     let mut session = Session::start(opts)?;
     let mut profiles = session.profiles();
@@ -111,7 +111,9 @@ pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
     }
     .await;
     input_stop.store(true, Ordering::Relaxed);
-    ratatui::restore();
+    // After a hangup the terminal is gone: restoring it fails, quietly
+    // (ratatui::restore would print, and printing to a closed terminal panics).
+    let _ = ratatui::try_restore();
     session.finish().await?;
     result
 }

@@ -93,16 +93,25 @@ impl AggMaps {
     }
 
     /// Reads generation `epoch` (no longer written): deletes every key of its
-    /// hash map, reads its cache slots, appends the merged values.
+    /// hash map, reads its cache slots, appends the merged values. When the
+    /// kernel refuses an operation midway, what was read (and deleted) so
+    /// far is still appended; the rest stays in the maps for a later drain.
     pub fn drain(&mut self, epoch: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
+        let mut merged: HashMap<AggKey, AggVal> = HashMap::new();
+        let read = self.drain_into(epoch, &mut merged);
+        out.extend(merged.into_iter().filter(|(_, v)| v.count > 0));
+        read
+    }
+
+    fn drain_into(&mut self, epoch: u32, merged: &mut HashMap<AggKey, AggVal>) -> Result<(), LoadError> {
         let name = if epoch & 1 == 0 { map::AGG_A } else { map::AGG_B };
         let hashed = &mut self.maps[(epoch & 1) as usize];
         let keys: Vec<AggKey> = hashed.keys().collect::<Result<_, _>>().map_err(map_err(name))?;
-        let mut merged: HashMap<AggKey, AggVal> = HashMap::with_capacity(keys.len());
+        merged.reserve(keys.len());
         for k in keys {
             let v = hashed.get(&k, 0).map_err(map_err(name))?;
-            merged.insert(k, merge_cpus(v.iter()));
             hashed.remove(&k).map_err(map_err(name))?;
+            merge_into(merged.entry(k).or_default(), &merge_cpus(v.iter()));
         }
         let half = (epoch & 1) * AGG_CACHE_SLOTS;
         for i in half..half + AGG_CACHE_SLOTS {
@@ -111,7 +120,6 @@ impl AggMaps {
                 merge_into(merged.entry(k).or_default(), &v);
             }
         }
-        out.extend(merged.into_iter().filter(|(_, v)| v.count > 0));
         Ok(())
     }
 }

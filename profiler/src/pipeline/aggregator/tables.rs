@@ -166,6 +166,8 @@ pub struct KernelStatus {
     pub counters: CounterValues,
     /// Program runs the kernel skipped to avoid recursion.
     pub recursion_misses: u64,
+    /// Map operations the kernel refused (the aggregate flip or drain).
+    pub map_ops_refused: u64,
 }
 
 /// How many of the longest individual waits are kept.
