@@ -267,10 +267,8 @@ fn a_full_stack_map_shows_as_a_stack_loss() {
         let counters = text.lines().find(|l| l.starts_with("counters:")).unwrap_or_else(|| panic!("{text}"));
         assert!(!counters.contains("stack_failed="), "a full stack map must not fail captures: {counters}");
         let lost = counters.split_once("(lost: ").map_or("", |(_, l)| l.trim_end_matches(')'));
-        let evicted: u64 = counters
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix("stacks_evicted=")?.parse().ok())
-            .unwrap_or(0);
+        let evicted: u64 =
+            counters.split_whitespace().find_map(|kv| kv.strip_prefix("stacks_evicted=")?.parse().ok()).unwrap_or(0);
         eprintln!("{TEST}: round {round}: {counters}");
         if evicted > 0 {
             assert!(lost.split_whitespace().any(|n| n == "stacks_evicted"), "not named lost: {counters}");
