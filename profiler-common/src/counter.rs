@@ -52,8 +52,11 @@ pub const IDENT_MAP_FULL: u32 = 18;
 /// Owners: the holder map was full, so a lock with no owner field that
 /// lockprof saw acquired has no known owner for later waiters.
 pub const HOLDER_MAP_FULL: u32 = 19;
+/// Stacks stored in the stack map: first seen, or seen again after the map
+/// forgot them.
+pub const STACKS_STORED: u32 = 20;
 /// Number of counters.
-pub const COUNT: u32 = 20;
+pub const COUNT: u32 = 21;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -77,6 +80,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "stale_spin_discarded",
     "ident_map_full",
     "holder_map_full",
+    "stacks_stored",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what

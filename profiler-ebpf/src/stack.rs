@@ -58,7 +58,10 @@ fn capture<C: StackIdContext>(ctx: &C) -> StackId {
     // Stored from the scratch slot itself (1 KiB: not through the BPF stack).
     let stored: &StoredStack = buf;
     match STACKS.insert(id, stored, u64::from(BPF_NOEXIST)) {
-        Ok(()) => id,
+        Ok(()) => {
+            count(counter::STACKS_STORED);
+            id
+        }
         Err(e) if i64::from(e) == -EEXIST => id,
         Err(e) => failed(ctx, "storing a stack", i64::from(e)),
     }

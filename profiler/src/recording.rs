@@ -182,7 +182,7 @@ mod tests {
         for k in &added {
             assert_eq!(drops.remove(k), Some(serde_json::json!(0)), "{k}");
         }
-        assert_eq!(added, ["map_ops_refused", "stacks_evicted", "stacks_read"]);
+        assert_eq!(added, ["map_ops_refused", "stacks_evicted", "stacks_read", "stacks_stored"]);
         assert_eq!(now, then);
         // The text is the same but for the losses named on the counters line.
         let old = read("report.txt");

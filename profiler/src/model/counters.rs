@@ -166,11 +166,14 @@ pub struct Bookkeeping {
     /// Distinct stacks read from the kernel's stack map and symbolized (one
     /// read again after its rows aged out counts again).
     pub stacks_read: u64,
+    /// Stacks stored in the kernel's stack map: first seen, or seen again
+    /// after the map forgot them.
+    pub stacks_stored: u64,
 }
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 19] = [
+    pub const LIST: [Field<Bookkeeping>; 20] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -190,6 +193,7 @@ impl Bookkeeping {
         field!(user::TASK_ROWS_AGED, task_rows_aged),
         field!(user::YIELD_KEYS_OVERFLOW, yield_keys_overflow),
         field!(user::STACKS_READ, stacks_read),
+        field!(kernel(counter::STACKS_STORED), stacks_stored),
     ];
 }
 

@@ -24,7 +24,7 @@ const STORMS: [&str; 3] = ["pipe", "fork", "mmap"];
 
 /// Stack map capacity of the soak's daemon: small, so that the storms'
 /// distinct stacks outnumber it several times over in the soak's time.
-pub const SOAK_STACK_MAP: u32 = 2048;
+pub const SOAK_STACK_MAP: u32 = 1024;
 
 /// The counters the soak reports, by name, from a /metrics body.
 fn counters(metrics: &str, names: &[&str]) -> serde_json::Map<String, Value> {
@@ -120,7 +120,8 @@ pub fn serve_soak(secs: u64, threads: usize) -> Result<Value> {
     if status != 200 {
         bail!("the last /metrics answered {status}");
     }
-    let stacks = counters(&String::from_utf8_lossy(&last), &["stack_failed", "stacks_evicted", "stacks_read"]);
+    let stacks =
+        counters(&String::from_utf8_lossy(&last), &["stack_failed", "stacks_evicted", "stacks_read", "stacks_stored"]);
     let cpu_ticks: u64 = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
@@ -166,7 +167,7 @@ lockprof_dropped_events_total{reason=\"stack_failed\",kind=\"loss\"} 0\n\
 lockprof_dropped_events_total{reason=\"stacks_read\",kind=\"bookkeeping\"} 7041\n\
 lockprof_dropped_events_total{reason=\"stack_reused\",kind=\"bookkeeping\"} 99\n\
 lockprof_waits_total{reason=\"stacks_evicted\"} 5\n";
-        let got = counters(body, &["stack_failed", "stacks_evicted", "stacks_read"]);
+        let got = counters(body, &["stack_failed", "stacks_evicted", "stacks_read", "stacks_stored"]);
         assert_eq!(got.get("stack_failed"), Some(&json!(0)));
         assert_eq!(got.get("stacks_read"), Some(&json!(7041)));
         assert_eq!(got.get("stacks_evicted"), None, "only lockprof_dropped_events_total counts");
