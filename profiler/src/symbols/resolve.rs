@@ -96,10 +96,7 @@ impl<S: StackSource> Resolver<S> {
 
     /// Resolves stack `id` (ids that are not stacks get their reason).
     pub fn stack(&mut self, id: StackId) -> &ResolvedStack {
-        if !self.cache.contains_key(&id) {
-            let resolved = self.resolve(id);
-            self.cache.insert(id, resolved);
-        }
+        self.prefetch(id);
         &self.cache[&id]
     }
 

@@ -162,12 +162,17 @@ fn soak_only(o: &Opts) -> Result<()> {
     let doc = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     eprintln!("bench: serve soak for {} s", o.soak_secs);
     let section = markdown::soak_section(&soak::serve_soak(o.soak_secs, 2)?);
+    rewrite_section(&path, &doc, markdown::SOAK_HEADING, &section, "the soak")
+}
+
+/// Prints `section` and puts it in place of `heading`'s section of `doc`,
+/// written back to `path` (the rest of the file untouched).
+fn rewrite_section(path: &std::path::Path, doc: &str, heading: &str, section: &str, what: &str) -> Result<()> {
     print!("{section}");
-    let md = markdown::replace_section(&doc, markdown::SOAK_HEADING, &section).with_context(|| {
-        format!("{} has no '{}' section: run the whole `cargo xtask bench`", path.display(), markdown::SOAK_HEADING)
-    })?;
-    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!("bench: rewrote the soak in {}", path.display());
+    let md = markdown::replace_section(doc, heading, section)
+        .with_context(|| format!("{} has no '{heading}' section: run the whole `cargo xtask bench`", path.display()))?;
+    std::fs::write(path, md).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("bench: rewrote {what} in {}", path.display());
     Ok(())
 }
 
@@ -180,11 +185,5 @@ fn costs_only(o: &Opts) -> Result<()> {
     eprintln!("bench: {facts}");
     let costs = extras::program_cost_table(o.threads, o.duration.min(COST_SECS))?;
     let section = markdown::costs_section(&facts, &costs);
-    print!("{section}");
-    let md = markdown::replace_section(&doc, markdown::COSTS_HEADING, &section).with_context(|| {
-        format!("{} has no '{}' section: run the whole `cargo xtask bench`", path.display(), markdown::COSTS_HEADING)
-    })?;
-    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!("bench: rewrote the program costs in {}", path.display());
-    Ok(())
+    rewrite_section(&path, &doc, markdown::COSTS_HEADING, &section, "the program costs")
 }
