@@ -7,10 +7,12 @@
 //! `pipeline/` reads the ring buffer into typed records, aggregates them
 //! (its own loop, cheap snapshots) and builds profiles; `ebpf/` loads and
 //! attaches the kernel programs and probes features; `symbols/` resolves
-//! stacks, picks callers and names locks; `query` picks and orders rows for
+//! stacks, picks callers and names locks; `cgroups/` maps cgroup ids to
+//! paths and container names; `query` picks and orders rows for
 //! every face; `report/` and `export/` render profiles; `model/` holds the
 //! profile every face reads; `workload/` generates contention.
 
+pub mod cgroups;
 pub mod cli;
 pub mod commands;
 pub mod ebpf;
