@@ -3,9 +3,14 @@
 use std::fmt::Write as _;
 
 use anyhow::Context as _;
+use serde::Serialize;
 
 use super::print_stdout;
-use crate::{cli::DoctorArgs, ebpf::features};
+use crate::{
+    cgroups::{CgroupError, CgroupFs},
+    cli::DoctorArgs,
+    ebpf::features,
+};
 
 fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
@@ -23,8 +28,43 @@ fn check_lines(s: &mut String, checks: &[features::BackendCheck], verbose: bool)
     }
 }
 
-/// Renders the doctor's findings as text (`verbose`: with the verifier's logs).
-pub fn render_doctor(d: &features::Doctor, verbose: bool) -> String {
+/// Where the cgroup v2 hierarchy is mounted (whether v1 is mounted too), or
+/// why cgroup attribution is unavailable and how to get it.
+fn cgroup_text(found: &Result<CgroupFs, CgroupError>) -> String {
+    match found {
+        Ok(fs) => format!(
+            "{} ({}{})",
+            fs.root().display(),
+            if fs.hybrid() { "hybrid: cgroup v1 hierarchies are mounted too; waits are attributed to v2 cgroups" } else { "unified" },
+            if fs.whole() {
+                String::new()
+            } else {
+                format!("; it shows only {} of the hierarchy, cgroups outside it are not named", fs.mount_root())
+            }
+        ),
+        Err(CgroupError::NoV2Mount) => "not mounted: cgroup attribution (--cgroup, --by cgroup) is unavailable; mount it \
+                                        (mount -t cgroup2 none /sys/fs/cgroup) or boot with systemd.unified_cgroup_hierarchy=1"
+            .to_string(),
+        Err(e) => format!("unknown ({e}): cgroup attribution (--cgroup, --by cgroup) is unavailable"),
+    }
+}
+
+/// `doctor --json`: the kernel's facts, and the cgroup v2 mount.
+#[derive(Serialize)]
+struct DoctorJson<'a> {
+    #[serde(flatten)]
+    doctor: &'a features::Doctor,
+    /// The cgroup2 mount point, if any.
+    cgroup_v2: Option<String>,
+    /// Cgroup v1 hierarchies are mounted too.
+    cgroup_hybrid: bool,
+    /// The doctor's text line on cgroups.
+    cgroup_detail: String,
+}
+
+/// Renders the doctor's findings as text (`verbose`: with the verifier's
+/// logs); `cgroups` is what [`CgroupFs::discover`] found.
+pub fn render_doctor(d: &features::Doctor, cgroups: &Result<CgroupFs, CgroupError>, verbose: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "kernel:            {}", d.kernel);
     let _ = writeln!(
@@ -38,6 +78,7 @@ pub fn render_doctor(d: &features::Doctor, verbose: bool) -> String {
         d.tracefs.as_deref().unwrap_or("not mounted (classic tracepoints need it)")
     );
     let _ = writeln!(s, "lock tracepoints:  {}", yes(d.lock_tracepoints));
+    let _ = writeln!(s, "cgroup v2:         {}", cgroup_text(cgroups));
     let p = &d.privileges;
     let _ = writeln!(
         s,
@@ -135,11 +176,18 @@ pub fn render_doctor(d: &features::Doctor, verbose: bool) -> String {
 /// Runs the checks and prints them.
 pub fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
     let d = features::run();
+    let cgroups = CgroupFs::discover();
     if args.json {
-        let json = serde_json::to_string_pretty(&d).context("serializing the findings as JSON")?;
+        let out = DoctorJson {
+            doctor: &d,
+            cgroup_v2: cgroups.as_ref().ok().map(|fs| fs.root().display().to_string()),
+            cgroup_hybrid: cgroups.as_ref().is_ok_and(CgroupFs::hybrid),
+            cgroup_detail: cgroup_text(&cgroups),
+        };
+        let json = serde_json::to_string_pretty(&out).context("serializing the findings as JSON")?;
         print_stdout(&(json + "\n")).context("writing the findings")?;
     } else {
-        print_stdout(&render_doctor(&d, args.verbose > 0)).context("writing the findings")?;
+        print_stdout(&render_doctor(&d, &cgroups, args.verbose > 0)).context("writing the findings")?;
     }
     Ok(())
 }
@@ -172,5 +220,27 @@ mod tests {
         check_lines(&mut verbose, &checks, true);
         assert_eq!(verbose.lines().count(), 5, "{verbose}");
         assert!(verbose.contains("      | R1 pointer arithmetic prohibited\n"), "{verbose}");
+    }
+
+    #[test]
+    fn the_cgroup_line_says_where_v2_is_or_how_to_get_it() {
+        let v2 = "35 24 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let hybrid = format!(
+            "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n{}",
+            v2.replace("/sys/fs/cgroup ", "/sys/fs/cgroup/unified ")
+        );
+        let sub = "50 40 0:30 /../.. /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup_text(&CgroupFs::from_mountinfo(v2)), "/sys/fs/cgroup (unified)");
+        let text = cgroup_text(&CgroupFs::from_mountinfo(&hybrid));
+        assert!(text.starts_with("/sys/fs/cgroup/unified (hybrid: "), "{text}");
+        let text = cgroup_text(&CgroupFs::from_mountinfo(sub));
+        assert!(text.contains("shows only /../.. of the hierarchy"), "{text}");
+        let text =
+            cgroup_text(&CgroupFs::from_mountinfo("32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"));
+        assert!(
+            text.starts_with("not mounted: cgroup attribution (--cgroup, --by cgroup) is unavailable; mount it"),
+            "{text}"
+        );
+        assert!(!text.contains('\n'), "{text}");
     }
 }
