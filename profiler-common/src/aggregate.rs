@@ -59,6 +59,11 @@ pub struct AggKey {
     pub lock_addr: u64,
     /// Stack id captured at begin.
     pub stack_id: crate::StackId,
+    /// User stack id captured at begin ([`crate::USER_STACK_OFF`] without
+    /// `--user-stacks`).
+    pub user_stack_id: crate::StackId,
+    /// The waiter's cgroup (v2 id; 0 when not recorded).
+    pub cgroup_id: u64,
     /// Waiting thread.
     pub tid: u32,
     /// Waiting process.
@@ -129,7 +134,10 @@ pub struct AggSlot {
 #[inline(always)]
 pub fn agg_cache_index(key: &AggKey, epoch: u32) -> u32 {
     // Fields folded into one word, then murmur3's 64-bit finalizer.
-    let mut h = key.lock_addr ^ (u64::from(key.tid) << 32 | u64::from(key.flags)) ^ key.stack_id.rotate_left(12);
+    let mut h = key.lock_addr
+        ^ (u64::from(key.tid) << 32 | u64::from(key.flags))
+        ^ key.stack_id.rotate_left(12)
+        ^ key.user_stack_id.rotate_left(37);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -146,9 +154,9 @@ mod tests {
 
     #[test]
     fn layouts_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<AggKey>(), 32);
+        assert_eq!(core::mem::size_of::<AggKey>(), 48);
         assert_eq!(core::mem::size_of::<AggVal>(), 432);
-        assert_eq!(core::mem::size_of::<AggSlot>(), 472);
+        assert_eq!(core::mem::size_of::<AggSlot>(), 488);
     }
 
     #[test]
@@ -163,6 +171,8 @@ mod tests {
                     tgid: 1000,
                     flags: 0x24,
                     stack_id: crate::stack_id_of(&[stack_id]),
+                    user_stack_id: crate::USER_STACK_OFF,
+                    cgroup_id: 1,
                     _pad: 0,
                 };
                 let even = agg_cache_index(&key, 2);

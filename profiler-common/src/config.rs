@@ -26,6 +26,8 @@ pub const DEFAULT_AGG_ENTRIES: u32 = 16384;
 pub const YIELD_PENDING_ENTRIES: u32 = 4096;
 /// Capacity of the `--pid` filter map.
 pub const TGID_FILTER_ENTRIES: u32 = 1024;
+/// Capacity of the `--cgroup` filter map (the cgroups and their descendants).
+pub const CGROUP_FILTER_ENTRIES: u32 = 4096;
 /// Depth of captured kernel stacks (`PERF_MAX_STACK_DEPTH`).
 pub const MAX_STACK_DEPTH: usize = 127;
 
@@ -96,6 +98,14 @@ pub struct Config {
     /// Non-zero: read the owner of mutexes and rwsems when a wait begins
     /// (blame).
     pub owners: u32,
+    /// Non-zero: record each waiter's cgroup (v2 id).
+    pub cgroups: u32,
+    /// Non-zero: only record tasks whose cgroup is in the `CGROUP_FILTER` map.
+    pub filter_cgroup: u32,
+    /// Non-zero: record each waiter's user stack with its kernel stack.
+    pub user_stacks: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
 }
 
 /// `Config::kfuncs` bit: `bpf_get_kmem_cache` (6.13+) is callable.
@@ -119,11 +129,15 @@ impl Config {
         layout: Layout::UNKNOWN,
         kfuncs: 0,
         owners: 0,
+        cgroups: 0,
+        filter_cgroup: 0,
+        user_stacks: 0,
+        _pad: 0,
     };
 
     /// Whether a type or process filter is on (then unmatched ends are expected).
     pub const fn filtering(&self) -> bool {
-        self.type_mask != u32::MAX || self.filter_tgid != 0
+        self.type_mask != u32::MAX || self.filter_tgid != 0 || self.filter_cgroup != 0
     }
 }
 
@@ -139,7 +153,7 @@ mod tests {
 
     #[test]
     fn config_layout() {
-        assert_eq!(core::mem::size_of::<Config>(), 64 + core::mem::size_of::<Layout>() + 8);
+        assert_eq!(core::mem::size_of::<Config>(), 64 + core::mem::size_of::<Layout>() + 24);
         assert_eq!(STACK_WINDOWS_PER_S, 10);
         assert!(!Config::DEFAULT.filtering());
     }

@@ -55,8 +55,13 @@ pub const HOLDER_MAP_FULL: u32 = 19;
 /// Stacks stored in the stack map: first seen, or seen again after the map
 /// forgot them.
 pub const STACKS_STORED: u32 = 20;
+/// A user stack could not be walked or stored: the wait keeps its kernel
+/// stack only.
+pub const USER_STACK_FAILED: u32 = 21;
+/// User stacks stored in the user stack map (each announced to userspace).
+pub const USER_STACKS_STORED: u32 = 22;
 /// Number of counters.
-pub const COUNT: u32 = 21;
+pub const COUNT: u32 = 23;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -81,6 +86,8 @@ pub const NAMES: [&str; COUNT as usize] = [
     "ident_map_full",
     "holder_map_full",
     "stacks_stored",
+    "user_stack_failed",
+    "user_stacks_stored",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what
@@ -98,6 +105,16 @@ pub mod user {
     pub const STACKS_EVICTED: &str = "stacks_evicted";
     /// Distinct stacks read from the kernel's stack map and symbolized.
     pub const STACKS_READ: &str = "stacks_read";
+    /// User stacks whose process was gone before its mappings were read:
+    /// their frames stay raw addresses.
+    pub const USER_STACKS_UNPINNED: &str = "user_stacks_unpinned";
+    /// User stacks the kernel's map forgot before userspace read them.
+    pub const USER_STACKS_EVICTED: &str = "user_stacks_evicted";
+    /// Distinct user stacks that end early (one frame, or an outermost
+    /// frame outside any mapping: code built without frame pointers).
+    pub const USER_STACK_TRUNCATED: &str = "user_stack_truncated";
+    /// Waits folded into the `[other]` cgroup row.
+    pub const CGROUP_KEYS_OVERFLOW: &str = "cgroup_keys_overflow";
     /// Waits still open at stop, measured up to the stop.
     pub const OPEN_AT_STOP: &str = "open_at_stop";
     /// Waits folded into the `[other]` lock row.

@@ -25,9 +25,9 @@ pub use aggregate::{
     hist_bucket_low,
 };
 pub use config::{
-    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES,
-    KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST, MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, STACK_WINDOW_NS,
-    STACK_WINDOWS_PER_S, TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, YIELD_PENDING_ENTRIES,
+    CGROUP_FILTER_ENTRIES, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
+    DEFAULT_STACK_ENTRIES, KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST, MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM,
+    STACK_WINDOW_NS, STACK_WINDOWS_PER_S, TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, YIELD_PENDING_ENTRIES,
 };
 pub use ident::{
     IDENT_ENTRIES, IDENT_SEEN_SLOTS, KFUNC_CALL_GET_KMEM_CACHE, KFUNC_CALL_RDONLY_CAST, LockIdent, SLAB_NAME_LEN,
@@ -36,12 +36,13 @@ pub use ident::{
 pub use layout::{Layout, UNKNOWN_OFFSET, known};
 pub use lock::{LockMode, LockType, is_spinning, lcb, probe_flags};
 pub use record::{
-    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, YieldEvent,
-    record_size,
+    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_USER_STACK, EVENT_YIELD,
+    UserStackEvent, YieldEvent, record_size,
 };
 pub use stack::{
-    NO_STACK_BASE, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, StackId, StoredStack, is_stack, stack_errno,
-    stack_error, stack_hash_finish, stack_hash_step, stack_id_of,
+    NO_STACK_BASE, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, StackId, StoredStack, StoredUserStack,
+    USER_STACK_NONE, USER_STACK_OFF, USER_STACK_SEED, is_stack, stack_errno, stack_error, stack_hash_finish,
+    stack_hash_step, stack_id_of, user_stack_id_of, user_stack_seed,
 };
 pub use state::{
     ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT,

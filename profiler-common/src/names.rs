@@ -58,6 +58,12 @@ pub mod map {
     pub const YIELD_PENDING: &str = "YIELD_PENDING";
     /// `--pid` filter.
     pub const TGID_FILTER: &str = "TGID_FILTER";
+    /// `--cgroup` filter (cgroup v2 ids).
+    pub const CGROUP_FILTER: &str = "CGROUP_FILTER";
+    /// User stacks, keyed by their id (an LRU hash map).
+    pub const USER_STACKS: &str = "USER_STACKS";
+    /// Per-CPU buffer a user stack is walked into before it is stored.
+    pub const USER_STACK_SCRATCH: &str = "USER_STACK_SCRATCH";
 
     /// Every map of the product object.
     pub const ALL: &[&str] = &[
@@ -86,6 +92,9 @@ pub mod map {
         BUSY,
         YIELD_PENDING,
         TGID_FILTER,
+        CGROUP_FILTER,
+        USER_STACKS,
+        USER_STACK_SCRATCH,
     ];
 }
 

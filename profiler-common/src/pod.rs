@@ -28,6 +28,8 @@ pod!(
     super::Layout,
     super::AggSlot,
     super::StoredStack,
+    super::StoredUserStack,
+    super::UserStackEvent,
     super::LockIdent,
     super::Owner,
     super::Acquired,

@@ -16,6 +16,9 @@ pub const EVENT_AGG_OVERFLOW: u32 = 3;
 pub const EVENT_HOLD: u32 = 4;
 /// One `yield_to()` call ([`YieldEvent`]).
 pub const EVENT_YIELD: u32 = 5;
+/// A user stack stored for the first time ([`UserStackEvent`]): userspace
+/// reads its process's mappings while the process is alive.
+pub const EVENT_USER_STACK: u32 = 6;
 
 /// Size of a record of `kind`, `None` for an unknown kind.
 pub const fn record_size(kind: u32) -> Option<usize> {
@@ -24,6 +27,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
             Some(core::mem::size_of::<ContentionEvent>())
         }
         EVENT_YIELD => Some(core::mem::size_of::<YieldEvent>()),
+        EVENT_USER_STACK => Some(core::mem::size_of::<UserStackEvent>()),
         _ => None,
     }
 }
@@ -53,10 +57,26 @@ pub struct ContentionEvent {
     pub _pad: u32,
     /// Kernel stack captured at `contention_begin` (or why there is none).
     pub stack_id: crate::StackId,
+    /// User stack captured at `contention_begin` (or why there is none).
+    pub user_stack_id: crate::StackId,
+    /// The waiter's cgroup (v2 id; 0 when not recorded).
+    pub cgroup_id: u64,
     /// `comm` of the waiting thread.
     pub comm: [u8; 16],
     /// Who held the lock when the wait began.
     pub owner: crate::Owner,
+}
+
+/// A user stack the `USER_STACKS` map did not hold yet.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserStackEvent {
+    /// Record kind, [`EVENT_USER_STACK`].
+    pub kind: u32,
+    /// The process whose address space the frames are in.
+    pub tgid: u32,
+    /// The stack's id (key of `USER_STACKS`).
+    pub id: crate::StackId,
 }
 
 /// One `yield_to()` call (KVM directed yield), sent at its return.
@@ -100,11 +120,13 @@ mod tests {
 
     #[test]
     fn records_lead_with_their_kind_and_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<ContentionEvent>(), 120);
+        assert_eq!(core::mem::size_of::<ContentionEvent>(), 136);
+        assert_eq!(core::mem::size_of::<UserStackEvent>(), 16);
+        assert_eq!(record_size(EVENT_USER_STACK), Some(16));
         assert_eq!(core::mem::size_of::<YieldEvent>(), 88);
         assert_eq!(core::mem::offset_of!(ContentionEvent, kind), 0);
         assert_eq!(core::mem::offset_of!(YieldEvent, kind), 0);
-        assert_eq!(record_size(EVENT_HOLD), Some(120));
+        assert_eq!(record_size(EVENT_HOLD), Some(136));
         assert_eq!(record_size(EVENT_YIELD), Some(88));
         assert_eq!(record_size(0), None);
         assert_eq!(record_size(99), None);

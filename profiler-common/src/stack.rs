@@ -28,6 +28,14 @@ pub const STACK_SKIPPED: StackId = u64::MAX;
 /// Userspace: the row folds waits of many stacks (its key limit was reached).
 pub const STACK_OVERFLOW: StackId = u64::MAX - 1;
 
+/// User stack of a wait recorded without `--user-stacks` (and of blame
+/// rows, whose owner is another task): no user part at all.
+pub const USER_STACK_OFF: StackId = u64::MAX - 2;
+
+/// The waiter has no user context (a kernel thread, the idle task): the
+/// kernel stack is the whole story.
+pub const USER_STACK_NONE: StackId = u64::MAX - 3;
+
 /// The stack could not be captured or stored: `errno` (positive) says why.
 #[inline(always)]
 pub const fn stack_error(errno: u32) -> StackId {
@@ -77,6 +85,47 @@ pub fn stack_id_of(ips: &[u64]) -> StackId {
     stack_hash_finish(h, ips.len() as u64)
 }
 
+/// Seed of a user stack's frame hash in process `tgid`: the same
+/// addresses in two processes are two stacks (each is symbolized against its
+/// own process's mappings).
+#[inline(always)]
+pub const fn user_stack_seed(tgid: u32) -> u64 {
+    stack_hash_step(USER_STACK_SEED, tgid as u64)
+}
+
+/// Seed of the user frame hash, before the process is folded in.
+pub const USER_STACK_SEED: u64 = 0x2545_f491_4f6c_dd1d;
+
+/// The id of the user stack `ips` (innermost first) of process `tgid`.
+pub fn user_stack_id_of(tgid: u32, ips: &[u64]) -> StackId {
+    let mut h = user_stack_seed(tgid);
+    for ip in ips {
+        h = stack_hash_step(h, *ip);
+    }
+    stack_hash_finish(h, ips.len() as u64)
+}
+
+/// Value of the `USER_STACKS` map: a process's user stack, `nr`
+/// instruction pointers, innermost first (entries past `nr` are garbage).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StoredUserStack {
+    /// Frames in `ips`.
+    pub nr: u32,
+    /// The process whose address space the frames are in.
+    pub tgid: u32,
+    /// Instruction pointers.
+    pub ips: [u64; MAX_STACK_DEPTH],
+}
+
+impl StoredUserStack {
+    /// The frames.
+    pub fn frames(&self) -> &[u64] {
+        let n = if self.nr as usize > MAX_STACK_DEPTH { MAX_STACK_DEPTH } else { self.nr as usize };
+        &self.ips[..n]
+    }
+}
+
 /// Value of the `STACKS` map: `nr` instruction pointers, innermost first
 /// (entries past `nr` are garbage).
 #[repr(C)]
@@ -123,6 +172,18 @@ mod tests {
         assert_ne!(stack_id_of(&a), stack_id_of(&b));
         assert_ne!(stack_id_of(&a), stack_id_of(&c));
         assert_ne!(stack_id_of(&[]), stack_id_of(&[0]));
+    }
+
+    #[test]
+    fn user_stack_ids_depend_on_the_process() {
+        let ips = [0x5555_5555_1139u64, 0x7f12_3456_7890];
+        assert_ne!(user_stack_id_of(100, &ips), user_stack_id_of(101, &ips));
+        assert_ne!(user_stack_id_of(100, &ips), stack_id_of(&ips));
+        assert_ne!(user_stack_id_of(100, &ips), user_stack_id_of(100, &ips[..1]));
+        assert!(is_stack(user_stack_id_of(100, &ips)));
+        assert!(!is_stack(USER_STACK_OFF) && !is_stack(USER_STACK_NONE));
+        assert_eq!(stack_errno(USER_STACK_OFF), None);
+        assert_eq!(core::mem::size_of::<StoredUserStack>(), core::mem::size_of::<StoredStack>());
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub struct PendingWait {
     pub lock_addr: u64,
     /// Kernel stack id captured at begin.
     pub stack_id: StackId,
+    /// User stack id captured at begin.
+    pub user_stack_id: StackId,
+    /// The waiter's cgroup (v2 id; 0 when not recorded).
+    pub cgroup_id: u64,
     /// `LCB_F_*` flags seen so far.
     pub flags: u32,
     /// Waiting process id.
@@ -119,6 +123,8 @@ pub struct CachedStack {
     pub lock_addr: u64,
     /// The stack id.
     pub stack_id: StackId,
+    /// The user stack id captured with it.
+    pub user_stack_id: StackId,
     /// Thread it was captured for.
     pub tid: u32,
     /// Flags of that wait.
@@ -165,6 +171,8 @@ pub struct HoldStart {
     pub start_ns: u64,
     /// Acquirer's stack id.
     pub stack_id: StackId,
+    /// Acquirer's user stack id.
+    pub user_stack_id: StackId,
     /// `LCB_F_*` flags of the wait.
     pub flags: u32,
     /// Reserved, zero.
@@ -204,14 +212,14 @@ mod tests {
 
     #[test]
     fn layouts_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<PendingWait>(), 88);
+        assert_eq!(core::mem::size_of::<PendingWait>(), 104);
         assert_eq!(core::mem::size_of::<Owner>(), 48);
         assert_eq!(core::mem::size_of::<Acquired>(), 24);
         assert_eq!(core::mem::size_of::<Holder>(), 16);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u64::MAX) < ACQUIRED_SLOTS);
-        assert_eq!(core::mem::size_of::<CachedStack>(), 24);
+        assert_eq!(core::mem::size_of::<CachedStack>(), 32);
         assert_eq!(core::mem::size_of::<YieldStart>(), 48);
         assert_eq!(core::mem::size_of::<HoldKey>(), 16);
-        assert_eq!(core::mem::size_of::<HoldStart>(), 24);
+        assert_eq!(core::mem::size_of::<HoldStart>(), 32);
     }
 }

@@ -11,12 +11,12 @@
 
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_probe_read_kernel},
     programs::FEntryContext,
 };
 use profiler_common::{Config, counter};
 
-use crate::maps::{BUSY, CONFIG, COUNTERS, TGID_FILTER};
+use crate::maps::{BUSY, CGROUP_FILTER, CONFIG, COUNTERS, TGID_FILTER};
 
 /// Adds one to a per-CPU counter; returns true the first time it moves off
 /// zero on this CPU, so failure paths can log once without flooding.
@@ -91,6 +91,22 @@ pub fn wanted(cfg: &Config, tgid: u32) -> bool {
     }
     // SAFETY: the value is a plain u8 and is only read.
     unsafe { TGID_FILTER.get(tgid).is_some() }
+}
+
+/// The current task's cgroup (v2 id) when the configuration records or
+/// filters by cgroup, else 0; `None` when the `--cgroup` filter rejects it.
+#[inline(always)]
+pub fn cgroup(cfg: &Config) -> Option<u64> {
+    if cfg.cgroups | cfg.filter_cgroup == 0 {
+        return Some(0);
+    }
+    // SAFETY: helper without preconditions.
+    let id = unsafe { bpf_get_current_cgroup_id() };
+    // SAFETY: the value is a plain u8 and is only read.
+    if cfg.filter_cgroup != 0 && unsafe { CGROUP_FILTER.get(id) }.is_none() {
+        return None;
+    }
+    Some(if cfg.cgroups != 0 { id } else { 0 })
 }
 
 /// The configuration userspace wrote before loading.

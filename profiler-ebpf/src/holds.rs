@@ -40,6 +40,8 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         lock_addr,
         flags: start.flags,
         stack_id: start.stack_id,
+        user_stack_id: start.user_stack_id,
+        cgroup_id: 0,
         tgid: ids.tgid,
         tid: ids.tid,
         _pad: 0,
@@ -50,6 +52,8 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         let key = AggKey {
             lock_addr,
             stack_id: start.stack_id,
+            user_stack_id: start.user_stack_id,
+            cgroup_id: 0,
             tid: ids.tid,
             tgid: ids.tgid,
             flags: start.flags | AGG_HOLD,

@@ -8,10 +8,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use profiler_common::{
-    ACQUIRED_SLOTS, AGG_CACHE_SLOTS, Acquired, AggKey, AggSlot, AggVal, CachedStack, Config, DEFAULT_AGG_ENTRIES,
-    DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, Holder, IDENT_ENTRIES,
-    IDENT_SEEN_SLOTS, LockIdent, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, StackId, StoredStack,
-    TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart, counter,
+    ACQUIRED_SLOTS, AGG_CACHE_SLOTS, Acquired, AggKey, AggSlot, AggVal, CGROUP_FILTER_ENTRIES, CachedStack, Config,
+    DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart,
+    Holder, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget,
+    StackId, StoredStack, StoredUserStack, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart, counter,
 };
 
 /// Filters and knobs, written by userspace before load.
@@ -94,6 +94,16 @@ pub static STACKS: LruHashMap<StackId, StoredStack> = LruHashMap::with_max_entri
 #[map]
 pub static STACK_SCRATCH: PerCpuArray<StoredStack> = PerCpuArray::with_max_entries(1, 0);
 
+/// User stacks captured with `--user-stacks`, keyed by their id (a hash of
+/// the process and its frames). LRU like `STACKS`; userspace sizes it to
+/// one entry when user stacks are off.
+#[map]
+pub static USER_STACKS: LruHashMap<StackId, StoredUserStack> = LruHashMap::with_max_entries(DEFAULT_STACK_ENTRIES, 0);
+
+/// The user stack being captured, per CPU.
+#[map]
+pub static USER_STACK_SCRATCH: PerCpuArray<StoredUserStack> = PerCpuArray::with_max_entries(1, 0);
+
 /// Identities of lock addresses, confirmed in the kernel (see `identity`).
 #[map]
 pub static IDENTITIES: HashMap<u64, LockIdent> = HashMap::with_max_entries(IDENT_ENTRIES, 0);
@@ -131,3 +141,8 @@ pub static YIELD_PENDING: HashMap<u32, YieldStart> = HashMap::with_max_entries(Y
 /// Processes to record when `Config::filter_tgid` is set.
 #[map]
 pub static TGID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(TGID_FILTER_ENTRIES, 0);
+
+/// cgroups (v2 ids) to record when `Config::filter_cgroup` is set: the
+/// `--cgroup` cgroups and their descendants.
+#[map]
+pub static CGROUP_FILTER: HashMap<u64, u8> = HashMap::with_max_entries(CGROUP_FILTER_ENTRIES, 0);

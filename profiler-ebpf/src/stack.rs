@@ -1,35 +1,97 @@
 //! Kernel stacks: walked under a per-CPU budget (reused when it is spent),
 //! stored under their content hash (see `profiler_common::StackId`).
 
+use aya_ebpf::bindings::BPF_F_USER_STACK;
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_stack, programs::tracing::StackIdContext};
 use aya_log_ebpf::warn;
 use profiler_common::{
-    CachedStack, Config, MAX_STACK_DEPTH, STACK_CACHE_SLOTS, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId,
-    StoredStack, counter, is_stack, stack_error, stack_hash_finish, stack_hash_step,
+    CachedStack, Config, EVENT_USER_STACK, MAX_STACK_DEPTH, STACK_CACHE_SLOTS, STACK_HASH_SEED, STACK_SKIPPED,
+    STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, UserStackEvent, counter,
+    is_stack, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
 };
 
 use crate::{
     context::count,
-    maps::{STACK_BUDGET, STACK_CACHE, STACK_SCRATCH, STACKS},
+    maps::{STACK_BUDGET, STACK_CACHE, STACK_SCRATCH, STACKS, USER_STACK_SCRATCH, USER_STACKS},
+    ringbuf,
 };
 
 /// `-EEXIST`: another CPU stored the same stack first.
 const EEXIST: i64 = 17;
 
-/// A failed capture: counted (the first one logged), its errno as the id.
+/// A failed capture: counted in `counter` (the first one logged), its errno
+/// as the id.
 #[inline(always)]
-fn failed<C: StackIdContext>(ctx: &C, what: &str, errno: i64) -> StackId {
-    if count(counter::STACK_FAILED) {
+fn failed<C: StackIdContext>(ctx: &C, counter: u32, what: &str, errno: i64) -> StackId {
+    if count(counter) {
         warn!(ctx, "lockprof: {} failed: {}", what, -errno);
     }
     stack_error(errno.unsigned_abs() as u32)
+}
+
+/// Folds the first `nr` of `ips` into `seed` (bounded for the verifier).
+#[inline(always)]
+fn hash_frames(seed: u64, ips: &[u64; MAX_STACK_DEPTH], nr: u64) -> StackId {
+    let mut h = seed;
+    let mut i = 0usize;
+    while i < MAX_STACK_DEPTH && (i as u64) < nr {
+        if let Some(ip) = ips.get(i) {
+            h = stack_hash_step(h, *ip);
+        }
+        i += 1;
+    }
+    stack_hash_finish(h, nr)
+}
+
+/// Walks the current task's user stack and stores it; its id, or why
+/// there is none. A stack stored for the first time is announced to
+/// userspace, which reads the process's mappings while it is alive.
+#[inline(always)]
+fn capture_user<C: StackIdContext>(ctx: &C, tgid: u32) -> StackId {
+    if tgid == 0 {
+        return USER_STACK_NONE;
+    }
+    let Some(buf) = USER_STACK_SCRATCH.get_ptr_mut(0) else {
+        return failed(ctx, counter::USER_STACK_FAILED, "user stack scratch lookup", -7);
+    };
+    // SAFETY: this CPU's scratch slot from a successful lookup, valid for the
+    // map's lifetime; programs on one CPU do not nest (the BUSY guard).
+    let buf: &mut StoredUserStack = unsafe { &mut *buf };
+    let size = core::mem::size_of_val(&buf.ips) as u32;
+    // SAFETY: `buf.ips` is `size` writable bytes of map memory; the context
+    // pointer is the program's own.
+    let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().cast(), size, u64::from(BPF_F_USER_STACK)) };
+    if n < 0 {
+        return failed(ctx, counter::USER_STACK_FAILED, "bpf_get_stack (user)", n);
+    }
+    let nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
+    if nr == 0 {
+        // A kernel thread, or a task with no user frames to walk.
+        return USER_STACK_NONE;
+    }
+    buf.nr = nr as u32;
+    buf.tgid = tgid;
+    let id = hash_frames(user_stack_seed(tgid), &buf.ips, nr);
+    if USER_STACKS.get_ptr(id).is_some() {
+        return id;
+    }
+    let stored: &StoredUserStack = buf;
+    match USER_STACKS.insert(id, stored, u64::from(BPF_NOEXIST)) {
+        Ok(()) => {
+            count(counter::USER_STACKS_STORED);
+            ringbuf::send(ctx, UserStackEvent { kind: EVENT_USER_STACK, tgid, id });
+            id
+        }
+        Err(e) if i64::from(e) == -EEXIST => id,
+        Err(e) => failed(ctx, counter::USER_STACK_FAILED, "storing a user stack", i64::from(e)),
+    }
 }
 
 /// Walks the kernel stack and stores it; its id, or why there is none.
 #[inline(always)]
 fn capture<C: StackIdContext>(ctx: &C) -> StackId {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
-        return failed(ctx, "stack scratch lookup", -7);
+        return failed(ctx, counter::STACK_FAILED, "stack scratch lookup", -7);
     };
     // SAFETY: this CPU's scratch slot from a successful lookup, valid for the
     // map's lifetime; programs on one CPU do not nest (the BUSY guard).
@@ -39,19 +101,11 @@ fn capture<C: StackIdContext>(ctx: &C) -> StackId {
     // pointer is the program's own.
     let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().cast(), size, 0) };
     if n < 0 {
-        return failed(ctx, "bpf_get_stack", n);
+        return failed(ctx, counter::STACK_FAILED, "bpf_get_stack", n);
     }
     let nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
     buf.nr = nr;
-    let mut h = STACK_HASH_SEED;
-    let mut i = 0usize;
-    while i < MAX_STACK_DEPTH && (i as u64) < nr {
-        if let Some(ip) = buf.ips.get(i) {
-            h = stack_hash_step(h, *ip);
-        }
-        i += 1;
-    }
-    let id = stack_hash_finish(h, nr);
+    let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr);
     if STACKS.get_ptr(id).is_some() {
         return id;
     }
@@ -63,7 +117,7 @@ fn capture<C: StackIdContext>(ctx: &C) -> StackId {
             id
         }
         Err(e) if i64::from(e) == -EEXIST => id,
-        Err(e) => failed(ctx, "storing a stack", i64::from(e)),
+        Err(e) => failed(ctx, counter::STACK_FAILED, "storing a stack", i64::from(e)),
     }
 }
 
@@ -92,31 +146,44 @@ fn budget_allows(limit: u32, now: u64) -> bool {
     true
 }
 
-/// The stack for a new wait (or call) of thread `tid`: walked when the
-/// budget allows (and remembered in this CPU's stack cache), else the
-/// thread's last stack on this CPU for the same lock and flags, else
-/// [`STACK_SKIPPED`]. Both outcomes are counted.
+/// The stacks for a new wait (or call) of thread `tid`, kernel and user
+/// (`with_user`: the configuration asks for user stacks and the program
+/// records them): walked when the budget allows (one budget unit for both,
+/// remembered in this CPU's stack cache), else the thread's last stacks on
+/// this CPU for the same lock and flags, else [`STACK_SKIPPED`]. Both
+/// outcomes are counted.
 #[inline(always)]
-pub fn stack_for<C: StackIdContext>(ctx: &C, cfg: &Config, now: u64, lock_addr: u64, flags: u32, tid: u32) -> StackId {
+pub fn stack_for<C: StackIdContext>(
+    ctx: &C,
+    cfg: &Config,
+    now: u64,
+    lock_addr: u64,
+    flags: u32,
+    ids: (u32, u32),
+    with_user: bool,
+) -> (StackId, StackId) {
+    let (tid, tgid) = ids;
+    let user = with_user && cfg.user_stacks != 0;
     let cached = STACK_CACHE.get_ptr_mut(tid % STACK_CACHE_SLOTS);
     if budget_allows(cfg.stacks_per_window, now) {
         let id = capture(ctx);
+        let user_id = if user { capture_user(ctx, tgid) } else { USER_STACK_OFF };
         if let Some(c) = cached {
             // SAFETY: this CPU's cache entry from a successful lookup, valid
             // for the map's lifetime (see `context` for concurrent updates).
-            unsafe { *c = CachedStack { lock_addr, stack_id: id, tid, flags } };
+            unsafe { *c = CachedStack { lock_addr, stack_id: id, user_stack_id: user_id, tid, flags } };
         }
-        return id;
+        return (id, user_id);
     }
     // SAFETY: as above; only read.
     match cached.map(|c| unsafe { *c }) {
         Some(c) if c.tid == tid && c.lock_addr == lock_addr && c.flags == flags && is_stack(c.stack_id) => {
             count(counter::STACK_REUSED);
-            c.stack_id
+            (c.stack_id, if user { c.user_stack_id } else { USER_STACK_OFF })
         }
         _ => {
             count(counter::STACK_SKIPPED);
-            STACK_SKIPPED
+            (STACK_SKIPPED, if user { STACK_SKIPPED } else { USER_STACK_OFF })
         }
     }
 }

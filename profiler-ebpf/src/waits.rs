@@ -11,12 +11,12 @@ use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
     HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT, STACK_SKIPPED, UNKNOWN_OFFSET,
-    counter, is_spinning, lcb, owner, task_key,
+    USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
 };
 
 use crate::{
     aggregate::{aggregate, aggregate_as},
-    context::{Ids, config, count, wanted},
+    context::{Ids, cgroup, config, count, wanted},
     identity::identify,
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
     owners::{note_acquired, note_holder, owner_comm, owner_of},
@@ -112,6 +112,9 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
     if !wanted(&cfg, ids.tgid) {
         return Ok(0);
     }
+    let Some(cgroup_id) = cgroup(&cfg) else {
+        return Ok(0);
+    };
     identify(&cfg, lock_addr, flags, slab);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -185,7 +188,8 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
     target.flags = flags;
     target.tgid = ids.tgid;
     target.tid = ids.tid;
-    target.stack_id = stack_for(ctx, &cfg, now, lock_addr, flags, ids.tid);
+    target.cgroup_id = cgroup_id;
+    (target.stack_id, target.user_stack_id) = stack_for(ctx, &cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
     target.owner = if first_spin {
         Owner { stack_id: STACK_SKIPPED, ..Owner::default() }
     } else {
@@ -282,6 +286,8 @@ pub fn record(kind: u32, p: &PendingWait, ids: Ids, now: u64) -> ContentionEvent
         flags: p.flags,
         _pad: 0,
         stack_id: p.stack_id,
+        user_stack_id: p.user_stack_id,
+        cgroup_id: p.cgroup_id,
         comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
     }
 }
@@ -294,7 +300,13 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     let now = unsafe { bpf_ktime_get_ns() };
     if HOLD_ON.get(0).is_some_and(|v| *v != 0) {
         let key = HoldKey { lock_addr: pending.lock_addr, tid: ids.tid, _pad: 0 };
-        let start = HoldStart { start_ns: now, stack_id: pending.stack_id, flags: pending.flags, _pad: 0 };
+        let start = HoldStart {
+            start_ns: now,
+            stack_id: pending.stack_id,
+            user_stack_id: pending.user_stack_id,
+            flags: pending.flags,
+            _pad: 0,
+        };
         if !LockType::from_flags(pending.flags).records_owner() && pending.flags & lcb::READ == 0 {
             // Locks with no owner field: the holder is known while its hold is timed.
             note_holder(pending.lock_addr, ids.tid, ids.tgid, pending.stack_id);
@@ -322,6 +334,8 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
             tgid: o.tgid,
             flags: pending.flags | AGG_BLAME,
             stack_id: o.stack_id,
+            user_stack_id: USER_STACK_OFF,
+            cgroup_id: 0,
             _pad: 0,
         };
         blamed = aggregate_as(&key, wait, || owner_comm(&cfg, o));
@@ -335,6 +349,8 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
         tgid: ids.tgid,
         flags: pending.flags,
         stack_id: pending.stack_id,
+        user_stack_id: pending.user_stack_id,
+        cgroup_id: pending.cgroup_id,
         _pad: 0,
     };
     if !aggregate(&key, wait) {

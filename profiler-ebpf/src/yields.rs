@@ -11,7 +11,7 @@ use aya_log_ebpf::warn;
 use profiler_common::{EVENT_YIELD, YieldEvent, YieldStart, counter};
 
 use crate::{
-    context::{Ids, config, count, guarded, wanted},
+    context::{Ids, cgroup, config, count, guarded, wanted},
     maps::YIELD_PENDING,
     ringbuf,
     stack::stack_for,
@@ -23,13 +23,13 @@ use crate::{
 fn yield_entry<C: StackIdContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, u32> {
     let ids = Ids::current();
     let cfg = config();
-    if !wanted(&cfg, ids.tgid) {
+    if !wanted(&cfg, ids.tgid) || cgroup(&cfg).is_none() {
         return Ok(0);
     }
     // Under a pause-loop-exit storm yield_to is itself hot: stack walks share
     // the per-CPU budget of the waits (beyond it the call is kept, stackless).
     // SAFETY: helper without preconditions.
-    let stack_id = stack_for(ctx, &cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, ids.tid);
+    let (stack_id, _) = stack_for(ctx, &cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, (ids.tid, ids.tgid), false);
     let off = cfg.task;
     let mut start = YieldStart { stack_id, preempt, ..YieldStart::default() };
     if task != 0 && off.pid != 0 {

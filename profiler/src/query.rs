@@ -3,7 +3,10 @@
 
 use profiler_common::LockType;
 
-use crate::model::{CallerProfile, LockProfile, OwnerProfile, Profile, Stats, TaskProfile, YieldCaller, YieldPair};
+use crate::model::{
+    CallerProfile, CgroupLock, CgroupProfile, LockProfile, OwnerProfile, Profile, Stats, TaskProfile, YieldCaller,
+    YieldPair,
+};
 
 /// Sort key, descending.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -181,6 +184,40 @@ impl Query {
     /// Threads, filtered by name, sorted and cut.
     pub fn tasks<'a>(&self, p: &'a Profile) -> Vec<&'a TaskProfile> {
         self.task_indices(p).into_iter().map(|i| &p.tasks[i]).collect()
+    }
+
+    /// cgroups, filtered by name or path (and, with a lock filter, to those
+    /// that waited on a matching lock), sorted and cut.
+    pub fn cgroups<'a>(&self, p: &'a Profile) -> Vec<&'a CgroupProfile> {
+        self.cgroup_indices(p).into_iter().map(|i| &p.cgroups[i]).collect()
+    }
+
+    /// Indices into `p.cgroups` of the cgroups shown (see [`Query::cgroups`]).
+    pub fn cgroup_indices(&self, p: &Profile) -> Vec<usize> {
+        let t = self.text_lower();
+        let shown: Vec<&LockProfile> = p.locks.iter().filter(|l| self.lock_ok(l)).collect();
+        let v = (0..p.cgroups.len())
+            .filter(|&i| {
+                let c = &p.cgroups[i];
+                contains(&c.name, &t) || c.path.as_deref().is_some_and(|path| contains(path, &t))
+            })
+            .filter(|&i| {
+                self.lock.is_none() && self.types.is_empty()
+                    || p.cgroups[i].locks.iter().any(|cl| shown.iter().any(|l| l.addr == cl.addr && l.mode == cl.mode))
+            })
+            .collect();
+        self.sort_cut(v, |i| &p.cgroups[*i].wait, |a, b| p.cgroups[*a].id.cmp(&p.cgroups[*b].id))
+    }
+
+    /// The locks of cgroup `c` the filters keep.
+    pub fn cgroup_locks<'a>(&self, p: &Profile, c: &'a CgroupProfile) -> Vec<&'a CgroupLock> {
+        c.locks
+            .iter()
+            .filter(|cl| {
+                self.lock.is_none() && self.types.is_empty()
+                    || p.locks.iter().any(|l| l.addr == cl.addr && l.mode == cl.mode && self.lock_ok(l))
+            })
+            .collect()
     }
 
     /// `yield_to` call paths, sorted on latency (`contended` = calls) and cut.

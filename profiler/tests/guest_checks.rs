@@ -40,6 +40,7 @@ fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockP
             stack: vec!["__mutex_lock+0x5".into(), format!("{caller}+0x10"), "vfs_write+0x20".into()].into(),
             wait: stats(DETAIL_SIGFIG, &[1_000, 2_000]),
             hold: None,
+            cgroups: Vec::new(),
         }]
         .into(),
     }

@@ -95,6 +95,8 @@ fn synthetic(events: usize, stacks: usize, locks: usize) -> Vec<u8> {
             flags: lcb::MUTEX,
             _pad: 0,
             stack_id: (i % stacks.max(1)) as u64,
+            user_stack_id: profiler_common::USER_STACK_OFF,
+            cgroup_id: 0,
             comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
             owner: Owner::default(),
         };
@@ -156,6 +158,7 @@ fn serve_memory(keys: usize, stacks: usize, per_key: usize, max_callers: usize) 
         listen: ([127, 0, 0, 1], 0).into(),
         window: Duration::from_secs(60),
         max_series: 100,
+        max_cgroups: 10,
         max_window_entries: 200_000,
     };
     let mut state = State::new(&opts);
@@ -173,6 +176,8 @@ fn serve_memory(keys: usize, stacks: usize, per_key: usize, max_callers: usize) 
                     flags: lcb::MUTEX,
                     _pad: 0,
                     stack_id: (k % n_stacks) as u64,
+                    user_stack_id: profiler_common::USER_STACK_OFF,
+                    cgroup_id: 0,
                     comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
                     owner: Owner::default(),
                 };

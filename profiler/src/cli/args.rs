@@ -58,6 +58,15 @@ pub struct SessionArgs {
     /// Only these processes (repeatable).
     #[arg(long, short, value_name = "PID")]
     pub pid: Vec<u32>,
+    /// Only tasks in this cgroup or below it (repeatable; applied in the
+    /// kernel): a path under the cgroup2 mount or relative to it
+    /// (system.slice/nginx.service), a unit name (nginx.service), or a short
+    /// name as lockprof shows it (docker:3f2a9c1b7d4e).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Vec<String>,
+    /// Do not record the waiting task's cgroup (one helper call per wait).
+    #[arg(long)]
+    pub no_cgroups: bool,
     /// Only these lock types, comma separated: mutex, rwsem, rwlock, spinlock, rt-mutex, rwlock-rt, percpu-rwsem.
     #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',', value_parser = values::lock_type)]
     pub types: Vec<LockType>,
@@ -208,6 +217,9 @@ pub struct FlamegraphArgs {
     /// Put the lock at the root instead of the leaf.
     #[arg(long)]
     pub lock_root: bool,
+    /// Put the waiting task's cgroup (service, container) at the root (wait and count metrics).
+    #[arg(long)]
+    pub cgroup_root: bool,
     /// Keep +0xoff on frames (default: merge call sites by function).
     #[arg(long)]
     pub offsets: bool,
@@ -230,6 +242,10 @@ pub struct ServeArgs {
     /// Locks with Prometheus series of their own (the most wait recently); the others are summed as lock="[other]".
     #[arg(long, value_name = "N", default_value_t = serve_defaults::MAX_SERIES, value_parser = values::max_series)]
     pub max_series: usize,
+    /// cgroups with series of their own in lockprof_cgroup_lock_* (the most wait recently); the others are summed as
+    /// cgroup="[other]".
+    #[arg(long, value_name = "N", default_value_t = serve_defaults::MAX_CGROUPS, value_parser = values::max_series)]
+    pub max_cgroups: usize,
     /// What to trace and how.
     #[command(flatten)]
     pub session: SessionArgs,

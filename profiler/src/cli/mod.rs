@@ -10,13 +10,14 @@ pub use args::{
 };
 
 use crate::{
+    cgroups::CgroupFs,
     ebpf::{BackendChoice, LoadOptions},
     model::type_name,
     pipeline::Limits,
     query::Query,
     report::ReportOptions,
     serve::{ServeOptions, defaults as serve_defaults},
-    session::{Mode, SessionOptions, defaults},
+    session::{CgroupOptions, Mode, SessionOptions, defaults},
 };
 
 /// Bad input from the user: exit status 2, nothing attached.
@@ -30,6 +31,8 @@ impl SessionArgs {
     pub fn live_only_changes(&self) -> Vec<&'static str> {
         [
             ("--pid", !self.pid.is_empty()),
+            ("--cgroup", !self.cgroup.is_empty()),
+            ("--no-cgroups", self.no_cgroups),
             ("--backend", self.backend != BackendChoice::Auto),
             ("--no-yield-to", self.no_yield_to),
             ("--no-holds", self.no_holds),
@@ -63,7 +66,11 @@ impl TryFrom<&SessionArgs> for SessionOptions {
         if a.stack_map_size == 0 || a.max_callers == 0 {
             return Err(UsageError("--stack-map-size and --max-callers must be positive".into()));
         }
+        let cgroups = cgroup_options(a)?;
         let mut filters = Vec::new();
+        if let Some(c) = cgroups.as_ref().filter(|c| !c.roots.is_empty()) {
+            filters.push(format!("cgroup={}", c.roots.join(",")));
+        }
         if !a.pid.is_empty() {
             filters.push(format!("pid={}", a.pid.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
         }
@@ -85,6 +92,14 @@ impl TryFrom<&SessionArgs> for SessionOptions {
             ebpf_logs: a.verbose > 0,
             ..SessionOptions::default()
         };
+        if let Some(c) = &cgroups {
+            o.load.cgroup_ids = c.roots.iter().flat_map(|r| c.fs.subtree_ids(r)).collect();
+        } else if !a.no_cgroups {
+            o.notes.push(NO_CGROUP2.into());
+        }
+        o.load.config.cgroups = u32::from(cgroups.is_some() && !a.no_cgroups);
+        o.load.config.filter_cgroup = u32::from(!a.cgroup.is_empty());
+        o.cgroups = cgroups;
         let c = &mut o.load.config;
         c.type_mask = if a.types.is_empty() { u32::MAX } else { a.types.iter().fold(0, |m, t| m | t.bit()) };
         c.filter_tgid = u32::from(!a.pid.is_empty());
@@ -96,12 +111,38 @@ impl TryFrom<&SessionArgs> for SessionOptions {
     }
 }
 
+/// The note of a session on a host without a cgroup v2 hierarchy.
+const NO_CGROUP2: &str = "no cgroup v2 hierarchy is mounted: waits are not attributed to cgroups";
+
+/// The cgroup2 mount and the `--cgroup` roots, resolved; None when no
+/// cgroup v2 hierarchy is mounted and nothing asks for one.
+fn cgroup_options(a: &SessionArgs) -> Result<Option<CgroupOptions>, UsageError> {
+    if a.no_cgroups && a.cgroup.is_empty() {
+        return Ok(None);
+    }
+    let fs = match CgroupFs::discover() {
+        Ok(fs) => fs,
+        Err(e) if a.cgroup.is_empty() => {
+            log::debug!("{e}");
+            return Ok(None);
+        }
+        Err(e) => return Err(UsageError(format!("--cgroup: {e}"))),
+    };
+    let roots = a
+        .cgroup
+        .iter()
+        .map(|spec| fs.resolve(spec).map_err(|e| UsageError(format!("--cgroup {spec}: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(CgroupOptions { fs, roots }))
+}
+
 impl From<&ServeArgs> for ServeOptions {
     fn from(a: &ServeArgs) -> ServeOptions {
         ServeOptions {
             listen: a.listen,
             window: std::time::Duration::from_secs(a.window),
             max_series: a.max_series,
+            max_cgroups: a.max_cgroups,
             max_window_entries: serve_defaults::MAX_WINDOW_ENTRIES,
         }
     }

@@ -62,6 +62,7 @@ value_enum!(By {
     By::Caller => "one row per (lock, caller stack)",
     By::Owner => "blame: one row per (lock, owner): who held it and the wait that caused",
     By::Task => "one row per waiting thread",
+    By::Cgroup => "one row per cgroup of the waiting tasks (service, container, pod), its locks nested",
     By::YieldCaller => "KVM directed yield: one row per yield_to call path",
     By::YieldPair => "KVM directed yield: one row per (yielding thread, target)",
 });

@@ -46,6 +46,7 @@ pub async fn flamegraph(args: &FlamegraphArgs) -> anyhow::Result<()> {
     let fold = FoldOptions {
         metric: args.metric,
         lock_root: args.lock_root,
+        cgroup_root: args.cgroup_root,
         offsets: args.offsets,
         query: Query { lock: args.lock.clone(), types: args.session.types.clone(), ..Query::default() },
     };

@@ -18,7 +18,8 @@ use profiler_common::{
 };
 
 use super::{
-    AggMaps, KernelCounters, KernelStacks, LoadOptions, PendingMaps, TracefsError, WaitBackend,
+    AggMaps, CgroupFilter, KernelCounters, KernelStacks, KernelUserStacks, LoadOptions, PendingMaps, TracefsError,
+    WaitBackend,
     attach_error::AttachError,
     backend::{BackendFailure, attach_tp_btf, attach_tracepoint},
     btf::{BtfError, Types},
@@ -277,16 +278,25 @@ fn attach_wait_backend(
     Err(LoadError::NoBackend(attempts))
 }
 
-/// The process filter.
+/// The process and cgroup filters.
 fn set_filters(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<(), LoadError> {
-    if opts.tgids.is_empty() {
-        return Ok(());
+    if !opts.tgids.is_empty() {
+        let m = ebpf
+            .map_mut(map::TGID_FILTER)
+            .ok_or(LoadError::Map { name: map::TGID_FILTER, detail: "missing".into() })?;
+        let mut filter: HashMap<_, u32, u8> = HashMap::try_from(m).map_err(map_err(map::TGID_FILTER))?;
+        for tgid in &opts.tgids {
+            filter.insert(tgid, 1, 0).map_err(map_err(map::TGID_FILTER))?;
+        }
     }
-    let m =
-        ebpf.map_mut(map::TGID_FILTER).ok_or(LoadError::Map { name: map::TGID_FILTER, detail: "missing".into() })?;
-    let mut filter: HashMap<_, u32, u8> = HashMap::try_from(m).map_err(map_err(map::TGID_FILTER))?;
-    for tgid in &opts.tgids {
-        filter.insert(tgid, 1, 0).map_err(map_err(map::TGID_FILTER))?;
+    if !opts.cgroup_ids.is_empty() {
+        let m = ebpf
+            .map_mut(map::CGROUP_FILTER)
+            .ok_or(LoadError::Map { name: map::CGROUP_FILTER, detail: "missing".into() })?;
+        let mut filter: HashMap<_, u64, u8> = HashMap::try_from(m).map_err(map_err(map::CGROUP_FILTER))?;
+        for id in &opts.cgroup_ids {
+            filter.insert(id, 1, 0).map_err(map_err(map::CGROUP_FILTER))?;
+        }
     }
     Ok(())
 }
@@ -410,6 +420,17 @@ impl Probes {
     /// Takes the stack map (once).
     pub fn take_stacks(&mut self) -> Result<KernelStacks, LoadError> {
         Ok(KernelStacks(HashMap::try_from(self.take(map::STACKS)?).map_err(map_err(map::STACKS))?))
+    }
+
+    /// Takes the `--cgroup` filter map, for adding cgroups created under a
+    /// filtered one while recording (once).
+    pub fn take_cgroup_filter(&mut self) -> Result<CgroupFilter, LoadError> {
+        Ok(CgroupFilter(HashMap::try_from(self.take(map::CGROUP_FILTER)?).map_err(map_err(map::CGROUP_FILTER))?))
+    }
+
+    /// Takes the user stack map (`--user-stacks`; once).
+    pub fn take_user_stacks(&mut self) -> Result<KernelUserStacks, LoadError> {
+        Ok(KernelUserStacks(HashMap::try_from(self.take(map::USER_STACKS)?).map_err(map_err(map::USER_STACKS))?))
     }
 
     /// Takes the counters (once).

@@ -28,7 +28,10 @@ pub use caps::{Privileges, check_privileges};
 pub use floor::FloorProbes;
 pub use identities::{KernelIdentities, NamingMethods};
 pub use load::{LoadError, Probes};
-pub use maps::{AggMaps, CounterValues, KernelCounters, KernelStacks, PendingMaps, merge_cpus, recursion_misses};
+pub use maps::{
+    AggMaps, CgroupFilter, CounterValues, KernelCounters, KernelStacks, KernelUserStacks, PendingMaps, merge_cpus,
+    recursion_misses,
+};
 pub use object::{LoadOptions, object_bytes};
 pub use tracefs::{TraceFs, TracefsError};
 

@@ -30,6 +30,9 @@ pub struct LoadOptions {
     pub config: Config,
     /// Processes to record (empty: all).
     pub tgids: Vec<u32>,
+    /// cgroups (v2 ids) to record, with `Config::filter_cgroup` (the
+    /// `--cgroup` cgroups and their descendants at load time).
+    pub cgroup_ids: Vec<u64>,
     /// Ring buffer size in bytes (power of two, multiple of the page size).
     pub ringbuf_bytes: u32,
     /// Stack map capacity.
@@ -52,6 +55,7 @@ impl Default for LoadOptions {
             backend: BackendChoice::Auto,
             config: Config::default(),
             tgids: Vec::new(),
+            cgroup_ids: Vec::new(),
             ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
             stack_entries: DEFAULT_STACK_ENTRIES,
             pending_entries: DEFAULT_PENDING_ENTRIES,
@@ -98,6 +102,8 @@ pub(super) fn load_object(
         .override_global(names::CONFIG, &config, true)
         .map_max_entries(map::EVENTS, opts.ringbuf_bytes)
         .map_max_entries(map::STACKS, opts.stack_entries)
+        // The user stack map costs ~1 KiB per entry: sized only when used.
+        .map_max_entries(map::USER_STACKS, if opts.config.user_stacks != 0 { opts.stack_entries } else { 1 })
         .map_max_entries(map::PENDING, opts.pending_entries)
         .map_max_entries(map::AGG_A, opts.agg_entries)
         .map_max_entries(map::AGG_B, opts.agg_entries)

@@ -17,6 +17,8 @@ pub struct FoldOptions {
     pub lock_root: bool,
     /// Keep `+0xoff` on frames (default: function names only, so call sites merge).
     pub offsets: bool,
+    /// The waiting task's cgroup as the root frame.
+    pub cgroup_root: bool,
     /// Which locks (`lock` and `types`; sort and top do not apply).
     pub query: Query,
 }
@@ -66,7 +68,8 @@ fn fold_per_lock<'p>(
                 continue;
             }
             if o.lock_root {
-                frames.insert(0, lock_frame.clone());
+                // Below the cgroup when that is the root.
+                frames.insert(usize::from(o.cgroup_root).min(frames.len()), lock_frame.clone());
             } else {
                 frames.push(lock_frame.clone());
             }
@@ -106,6 +109,9 @@ fn yield_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError>
 
 /// Folded lines, sorted, identical stacks merged.
 pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
+    if o.cgroup_root {
+        return cgroup_lines(p, o);
+    }
     if o.metric == Metric::Yield {
         return yield_lines(p, o);
     }
@@ -122,6 +128,44 @@ pub fn folded_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportE
     }
     fold_per_lock(p, o, |l| {
         l.callers.iter().map(|c| Ok((root_first(c.frames(), o.offsets), weight(l, c, o.metric)?))).collect()
+    })
+}
+
+/// The root frame of cgroup `id`'s rows.
+fn cgroup_frame(p: &Profile, id: u64) -> String {
+    let name = p.cgroups.iter().find(|c| c.id == id).map_or_else(|| format!("cgroup {id}"), |c| c.name.clone());
+    clean(&format!("{name} [cgroup]"), true)
+}
+
+/// Wait or count lines split by the waiting task's cgroup, which is the
+/// root frame (the waits of a caller no cgroup was recorded for, if any,
+/// under `[no cgroup]`, so the weights still sum to the lock's).
+fn cgroup_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError> {
+    if !matches!(o.metric, Metric::Wait | Metric::Count) {
+        return Err(ExportError::CgroupMetric);
+    }
+    if p.cgroups.is_empty() {
+        return Err(ExportError::NoCgroups);
+    }
+    let names: BTreeMap<u64, String> = p.cgroups.iter().map(|c| (c.id, cgroup_frame(p, c.id))).collect();
+    let count = o.metric == Metric::Count;
+    fold_per_lock(p, o, |l| {
+        let mut rows = Vec::new();
+        for c in l.callers.iter() {
+            let frames = root_first(c.frames(), o.offsets);
+            let mut rest = weight(l, c, o.metric)?;
+            for s in &c.cgroups {
+                let w = if count { s.count } else { s.wait_ns };
+                rest = rest.saturating_sub(w);
+                let root = names.get(&s.id).cloned().unwrap_or_else(|| cgroup_frame(p, s.id));
+                rows.push((std::iter::once(root).chain(frames.iter().cloned()).collect(), w));
+            }
+            if rest > 0 {
+                let root = crate::model::placeholders::NO_CGROUP.to_string();
+                rows.push((std::iter::once(root).chain(frames.iter().cloned()).collect(), rest));
+            }
+        }
+        Ok(rows)
     })
 }
 
@@ -252,5 +296,26 @@ mod tests {
     #[test]
     fn empty_profile_has_no_lines() {
         assert!(folded_lines(&Profile::default(), &FoldOptions::default()).expect("fold").is_empty());
+    }
+
+    #[test]
+    fn cgroup_root_puts_each_cgroup_at_the_root_and_keeps_the_weights() {
+        let p = fixture::profile_with_cgroups();
+        let o = FoldOptions { cgroup_root: true, ..FoldOptions::default() };
+        let lines = folded_lines(&p, &o).expect("lines");
+        assert!(lines.iter().all(|l| l.contains(" [cgroup];")), "{lines:?}");
+        assert!(lines.contains(
+            &"docker:3f2a9c1b7d4e [cgroup];vfs_write;anon_pipe_write;__mutex_lock.constprop.0;mutex @ anon_pipe_write [mutex] 2700"
+                .to_string()
+        ), "{lines:?}");
+        let sum: u64 =
+            lines.iter().map(|l| l.rsplit(' ').next().and_then(|w| w.parse::<u64>().ok()).unwrap_or(0)).sum();
+        assert_eq!(sum, p.locks.iter().map(|l| l.wait.total_ns()).sum::<u64>());
+        let counts = folded_lines(&p, &FoldOptions { metric: Metric::Count, ..o.clone() }).expect("counts");
+        assert!(counts.iter().any(|l| l.starts_with("nginx.service [cgroup];") && l.ends_with(" 1")), "{counts:?}");
+        let both = folded_lines(&p, &FoldOptions { lock_root: true, ..o.clone() }).expect("both");
+        assert!(both.iter().all(|l| l.split(';').nth(1).is_some_and(|f| f.ends_with("]") && !f.ends_with("[cgroup]"))));
+        assert!(matches!(folded_lines(&fixture::profile(), &o), Err(ExportError::NoCgroups)));
+        assert!(matches!(folded_lines(&p, &FoldOptions { metric: Metric::Hold, ..o }), Err(ExportError::CgroupMetric)));
     }
 }

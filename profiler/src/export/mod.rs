@@ -22,6 +22,12 @@ pub enum ExportError {
     /// yield_to latency was asked for but the recording has no yield_to data.
     #[error("this recording has no yield_to data ({0}); use --metric wait, hold or count")]
     NoYield(String),
+    /// cgroups were asked for but the recording has none.
+    #[error("this recording has no cgroups (recorded with --no-cgroups, or without a cgroup v2 hierarchy)")]
+    NoCgroups,
+    /// cgroups are recorded for waits only.
+    #[error("--cgroup-root applies to --metric wait and count (holds and blame are not split by cgroup)")]
+    CgroupMetric,
     /// Writing the SVG failed.
     #[error("drawing the flamegraph: {0}")]
     Svg(#[from] std::io::Error),

@@ -7,7 +7,7 @@ use std::{collections::HashMap, io::Write};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message;
 
-use crate::model::Profile;
+use crate::model::{CallerProfile, Profile};
 
 /// The messages of pprof's profile.proto that lockprof writes.
 pub mod proto {
@@ -243,6 +243,9 @@ pub struct PprofSample<'a> {
     pub addr: u64,
     /// Frames, innermost first (never empty: the caller alone when unknown).
     pub frames: &'a [String],
+    /// The waiting tasks' cgroup (label `cgroup`), when the sample is one
+    /// cgroup's part of a caller.
+    pub cgroup: Option<&'a str>,
     /// One value per sample type.
     pub values: Vec<i64>,
 }
@@ -261,19 +264,19 @@ pub fn build_pprof<'a>(h: &PprofHeader, samples: impl IntoIterator<Item = PprofS
     b.p.duration_nanos = h.duration_nanos;
     let c = b.s(&h.comment);
     b.p.comment = vec![c];
-    let (k_lock, k_type, k_addr) = (b.s("lock"), b.s("lock_type"), b.s("lock_addr"));
+    let (k_lock, k_type, k_addr, k_cgroup) = (b.s("lock"), b.s("lock_type"), b.s("lock_addr"), b.s("cgroup"));
     for smp in samples {
         let (lock, ty, addr) = (b.s(smp.lock), b.s(smp.lock_type), b.s(&format!("{:#x}", smp.addr)));
         let location_id = smp.frames.iter().map(|f| b.location(f)).collect();
-        b.p.sample.push(proto::Sample {
-            location_id,
-            value: smp.values,
-            label: vec![
-                proto::Label { key: k_lock, str: lock, num: 0 },
-                proto::Label { key: k_type, str: ty, num: 0 },
-                proto::Label { key: k_addr, str: addr, num: 0 },
-            ],
-        });
+        let mut label = vec![
+            proto::Label { key: k_lock, str: lock, num: 0 },
+            proto::Label { key: k_type, str: ty, num: 0 },
+            proto::Label { key: k_addr, str: addr, num: 0 },
+        ];
+        if let Some(cg) = smp.cgroup {
+            label.push(proto::Label { key: k_cgroup, str: b.s(cg), num: 0 });
+        }
+        b.p.sample.push(proto::Sample { location_id, value: smp.values, label });
     }
     b.p
 }
@@ -282,18 +285,39 @@ fn ns(v: u64) -> i64 {
     v.min(i64::MAX as u64) as i64
 }
 
+/// A caller's (cgroup name, count, wait) parts: one per cgroup its waits
+/// were recorded in, and the rest without a cgroup (all of it when no
+/// cgroups were recorded), so the parts sum to the caller.
+pub fn cgroup_parts<'a>(profile: &'a Profile, c: &CallerProfile) -> Vec<(Option<&'a str>, u64, u64)> {
+    let mut parts = Vec::with_capacity(c.cgroups.len() + 1);
+    let (mut count, mut wait) = (c.wait.count(), c.wait.total_ns());
+    for s in &c.cgroups {
+        count = count.saturating_sub(s.count);
+        wait = wait.saturating_sub(s.wait_ns);
+        let name = profile.cgroups.iter().find(|g| g.id == s.id).map(|g| g.name.as_str());
+        parts.push((Some(name.unwrap_or(crate::model::placeholders::NO_CGROUP)), s.count, s.wait_ns));
+    }
+    if count > 0 || wait > 0 || parts.is_empty() {
+        parts.push((None, count, wait));
+    }
+    parts
+}
+
 /// The profile as pprof messages (not yet encoded): Go's mutex profile
-/// types, one sample per (lock, caller stack).
+/// types, one sample per (lock, caller stack, cgroup).
 pub fn pprof_profile(profile: &Profile) -> proto::Profile {
     let header = PprofHeader::of(profile, SampleTypes::mutex());
     let types: Vec<String> = profile.locks.iter().map(|l| l.type_label()).collect();
     let samples = profile.locks.iter().zip(&types).flat_map(|(l, ty)| {
-        l.callers.iter().map(move |c| PprofSample {
-            lock: l.display_name(),
-            lock_type: ty,
-            addr: l.addr,
-            frames: c.frames(),
-            values: vec![ns(c.wait.count()), ns(c.wait.total_ns())],
+        l.callers.iter().flat_map(move |c| {
+            cgroup_parts(profile, c).into_iter().map(move |(cgroup, count, wait)| PprofSample {
+                lock: l.display_name(),
+                lock_type: ty,
+                addr: l.addr,
+                frames: c.frames(),
+                cgroup,
+                values: vec![ns(count), ns(wait)],
+            })
         })
     });
     build_pprof(&header, samples)
@@ -355,5 +379,28 @@ mod tests {
         let d = decode(&encode_pprof(&Profile::default()).expect("encode"));
         assert!(d.sample.is_empty());
         assert_eq!(d.sample_type.len(), 2);
+    }
+
+    #[test]
+    fn cgroups_split_samples_under_a_cgroup_label_and_sum_to_the_caller() {
+        let p = fixture::profile_with_cgroups();
+        let d = decode(&encode_pprof(&p).expect("encode"));
+        let st = |i: i64| d.string_table[i as usize].as_str();
+        let label = |s: &proto::Sample, k: &str| s.label.iter().find(|l| st(l.key) == k).map(|l| st(l.str).to_string());
+        let pipe: Vec<&proto::Sample> =
+            d.sample.iter().filter(|s| label(s, "lock").as_deref() == Some("mutex @ anon_pipe_write")).collect();
+        let mut by_cgroup: Vec<(Option<String>, i64, i64)> =
+            pipe.iter().map(|s| (label(s, "cgroup"), s.value[0], s.value[1])).collect();
+        by_cgroup.sort();
+        assert_eq!(
+            by_cgroup,
+            [(Some("docker:3f2a9c1b7d4e".into()), 3, 2_700), (Some("nginx.service".into()), 1, 500)],
+            "the caller's 4 waits, 3.2 us, split by cgroup"
+        );
+        let total: i64 = d.sample.iter().map(|s| s.value[1]).sum();
+        assert_eq!(total as u64, p.locks.iter().map(|l| l.wait.total_ns()).sum::<u64>());
+        // Without cgroups there is no cgroup label at all.
+        let plain = decode(&encode_pprof(&fixture::profile()).expect("encode"));
+        assert!(plain.sample.iter().all(|s| s.label.len() == 3));
     }
 }

@@ -101,11 +101,20 @@ pub struct Losses {
     /// drain): those waits reach the report late (at the next drain, or at
     /// stop), or, when a drain failed midway, not at all.
     pub map_ops_refused: u64,
+    /// A user stack could not be walked or stored (`--user-stacks`): those
+    /// waits keep their kernel stack only.
+    pub user_stack_failed: u64,
+    /// User stacks whose process was gone before its mappings were read:
+    /// their frames stay raw addresses.
+    pub user_stacks_unpinned: u64,
+    /// User stacks the kernel's map forgot before they were read (raise
+    /// `--stack-map-size`).
+    pub user_stacks_evicted: u64,
 }
 
 impl Losses {
     /// Every loss counter, in display order.
-    pub const LIST: [Field<Losses>; 14] = [
+    pub const LIST: [Field<Losses>; 17] = [
         field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
         field!(kernel(counter::STACK_FAILED), stack_failed),
         field!(user::STACKS_EVICTED, stacks_evicted),
@@ -120,6 +129,9 @@ impl Losses {
         field!(user::USERSPACE_LOST, userspace_lost),
         field!(user::MALFORMED_RECORDS, malformed_records),
         field!(user::MAP_OPS_REFUSED, map_ops_refused),
+        field!(kernel(counter::USER_STACK_FAILED), user_stack_failed),
+        field!(user::USER_STACKS_UNPINNED, user_stacks_unpinned),
+        field!(user::USER_STACKS_EVICTED, user_stacks_evicted),
     ];
 }
 
@@ -169,11 +181,19 @@ pub struct Bookkeeping {
     /// Stacks stored in the kernel's stack map: first seen, or seen again
     /// after the map forgot them.
     pub stacks_stored: u64,
+    /// User stacks stored in the kernel's user stack map (`--user-stacks`).
+    pub user_stacks_stored: u64,
+    /// Distinct user stacks that end early: one frame, or an outermost
+    /// frame outside any mapping (code built without frame pointers).
+    pub user_stack_truncated: u64,
+    /// Waits folded into the `[other cgroups]` row at the cgroup cap
+    /// (totals stay exact).
+    pub cgroup_keys_overflow: u64,
 }
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 20] = [
+    pub const LIST: [Field<Bookkeeping>; 23] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -194,6 +214,9 @@ impl Bookkeeping {
         field!(user::YIELD_KEYS_OVERFLOW, yield_keys_overflow),
         field!(user::STACKS_READ, stacks_read),
         field!(kernel(counter::STACKS_STORED), stacks_stored),
+        field!(kernel(counter::USER_STACKS_STORED), user_stacks_stored),
+        field!(user::USER_STACK_TRUNCATED, user_stack_truncated),
+        field!(user::CGROUP_KEYS_OVERFLOW, cgroup_keys_overflow),
     ];
 }
 

@@ -36,6 +36,7 @@ pub fn grouped_by_name(p: &Profile) -> Profile {
                     match callers.iter_mut().find(|gc| gc.stack == c.stack) {
                         Some(gc) => {
                             gc.wait.merge(&c.wait);
+                            super::merge_shares(&mut gc.cgroups, &c.cgroups);
                             if let Some(h) = &c.hold {
                                 match &mut gc.hold {
                                     Some(gh) => gh.merge(h),
@@ -91,6 +92,7 @@ mod tests {
                 stack: vec!["f+0x1".into()].into(),
                 wait: s,
                 hold: None,
+                cgroups: Vec::new(),
             }]
             .into(),
         }

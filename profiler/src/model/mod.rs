@@ -17,8 +17,8 @@ pub use grouping::grouped_by_name;
 pub use key::LockKey;
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{
-    CallerProfile, Callers, Frames, LockProfile, Meta, NameSource, OwnerKind, OwnerProfile, Profile, SlowWait,
-    TaskProfile,
+    CallerProfile, Callers, CgroupLock, CgroupProfile, CgroupShare, Frames, LockProfile, Meta, NameSource, OwnerKind,
+    OwnerProfile, Profile, SlowWait, TaskProfile, merge_shares,
 };
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};
 pub use yields::{RqContention, YieldCaller, YieldPair, YieldProfile, YieldStats};

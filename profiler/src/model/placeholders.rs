@@ -28,6 +28,13 @@ pub const ACQUIRED_UNSEEN: &str = "[acquired without a wait lockprof saw]";
 pub const OWNER_UNKNOWN: &str = "[owner unknown]";
 /// A yield_to target the kernel did not name.
 pub const UNKNOWN_TARGET: &str = "[unknown target]";
+/// Where a joined stack passes from the application's frames to the
+/// kernel's (root-first: user frames, this, kernel frames).
+pub const KERNEL_MARKER: &str = "[kernel]";
+/// Waits no cgroup was recorded for (the cgroup-rooted flamegraph's root).
+pub const NO_CGROUP: &str = "[no cgroup]";
+/// cgroups past the cgroup key limit.
+pub const OTHER_CGROUPS: &str = "[other cgroups: key limit reached]";
 /// Rows `lockprof serve`'s window folded because it was full.
 pub const WINDOW_FULL: &str = "[window full: rows folded]";
 

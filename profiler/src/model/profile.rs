@@ -180,6 +180,82 @@ pub struct CallerProfile {
     pub wait: Stats,
     /// Hold times, when the backend sees releases.
     pub hold: Option<Stats>,
+    /// The waits per cgroup of the waiting tasks (when cgroups are
+    /// recorded), most wait first; names are in [`Profile::cgroups`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<CgroupShare>,
+}
+
+/// One cgroup's part of a caller's (or a lock's) waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupShare {
+    /// cgroup v2 id (see [`CgroupProfile::id`]).
+    pub id: u64,
+    /// Waits.
+    pub count: u64,
+    /// Their total, ns.
+    pub wait_ns: u64,
+    /// The longest, ns.
+    pub max_ns: u64,
+}
+
+impl CgroupShare {
+    /// Adds `o`'s waits (same cgroup).
+    pub fn merge(&mut self, o: &CgroupShare) {
+        self.count += o.count;
+        self.wait_ns = self.wait_ns.saturating_add(o.wait_ns);
+        self.max_ns = self.max_ns.max(o.max_ns);
+    }
+}
+
+/// Adds `add` to the shares in `into`, kept sorted by wait (most first).
+pub fn merge_shares(into: &mut Vec<CgroupShare>, add: &[CgroupShare]) {
+    for a in add {
+        match into.iter_mut().find(|s| s.id == a.id) {
+            Some(s) => s.merge(a),
+            None => into.push(*a),
+        }
+    }
+    into.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.id.cmp(&b.id)));
+}
+
+/// The waits of one cgroup's tasks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CgroupProfile {
+    /// cgroup v2 id (the inode number of its directory in the cgroup2
+    /// mount); `u64::MAX` for the row of cgroups past the key limit.
+    pub id: u64,
+    /// Short name: a systemd unit, a container (`docker:3f2a9c1b7d4e`), a
+    /// pod, or the path.
+    pub name: String,
+    /// Path relative to the cgroup2 mount (`None`: the cgroup was removed
+    /// before it could be looked up).
+    pub path: Option<String>,
+    /// Waits over all locks.
+    pub wait: Stats,
+    /// Its waits per lock, most wait first.
+    pub locks: Vec<CgroupLock>,
+}
+
+/// One lock's waits in a cgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupLock {
+    /// The lock's display name.
+    pub lock: String,
+    /// Its address.
+    pub addr: u64,
+    /// Lock type.
+    #[serde(rename = "type", with = "serde_type")]
+    pub lock_type: LockType,
+    /// Acquisition mode.
+    #[serde(with = "serde_mode")]
+    pub mode: LockMode,
+    /// Waits.
+    pub count: u64,
+    /// Their total, ns.
+    pub wait_ns: u64,
+    /// The longest, ns.
+    pub max_ns: u64,
 }
 
 /// A lock's callers, shared by the profiles that did not change them.
@@ -245,6 +321,10 @@ pub struct Profile {
     /// KVM directed yield, when `yield_to` was probed.
     #[serde(default)]
     pub yield_to: Option<YieldProfile>,
+    /// Waits per cgroup of the waiting tasks (when cgroups are recorded),
+    /// most wait first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<CgroupProfile>,
 }
 
 impl Profile {

@@ -9,20 +9,87 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
-        CallerProfile, Frames, LockKey, LockProfile, Meta, OwnerKind, OwnerProfile, Profile, RqContention, SlowWait,
-        Stats, TaskProfile, YieldCaller, YieldPair, YieldProfile, placeholders,
+        CallerProfile, CgroupLock, CgroupProfile, CgroupShare, Frames, LockKey, LockProfile, Meta, OwnerKind,
+        OwnerProfile, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller, YieldPair, YieldProfile,
+        merge_shares, placeholders,
     },
     symbols::{
-        Identities, Kallsyms, NoIdentities, Resolver, StackSource, frame_fn, lock_class, name_lock, rt_base,
-        yield_caller_index,
+        Identities, Kallsyms, NoIdentities, ResolvedStack, Resolver, StackSource, frame_fn, lock_class, name_lock,
+        rt_base, yield_caller_index,
     },
 };
 
-use super::aggregator::{BlameKey, LockAgg, OVERFLOW_TID, Snapshot, YieldAgg, YieldPairKey};
+use super::aggregator::{BlameKey, CGROUP_OVERFLOW, LockAgg, OVERFLOW_TID, Snapshot, YieldAgg, YieldPairKey};
 
 /// Looks up a thread's name by thread id (the session reads
 /// `/proc/<tid>/comm`; the pipeline itself reads no files).
 pub type TaskNames = fn(u32) -> Option<String>;
+
+/// Names cgroups by id (the session walks the cgroup2 mount; the pipeline
+/// itself reads no files).
+pub trait CgroupNames: Send {
+    /// The short name and the path (relative to the cgroup2 mount, `None`
+    /// when the cgroup is gone) of cgroup `id`.
+    fn name(&mut self, id: u64) -> (String, Option<String>);
+}
+
+/// cgroups named by their id only (tests, and sessions without a cgroup2 mount).
+pub struct NoCgroupNames;
+
+impl CgroupNames for NoCgroupNames {
+    fn name(&mut self, id: u64) -> (String, Option<String>) {
+        (format!("cgroup {id}"), None)
+    }
+}
+
+/// Symbolizes user stacks by id (the session's user-stack resolver).
+pub trait UserStacks: Send {
+    /// Frames of user stack `id`, innermost first.
+    fn frames(&mut self, id: StackId) -> Vec<String>;
+    /// Reads user stack `id` now if it is not yet (see `ProfileBuilder::prefetch`).
+    fn prefetch(&mut self, id: StackId);
+    /// Forgets the stacks `keep` says no row uses.
+    fn retain(&mut self, keep: &dyn Fn(StackId) -> bool);
+}
+
+/// No user-stack symbolizer: user frames are shown by their id.
+pub struct NoUserStacks;
+
+impl UserStacks for NoUserStacks {
+    fn frames(&mut self, id: StackId) -> Vec<String> {
+        vec![format!("[user stack {id:016x}]")]
+    }
+    fn prefetch(&mut self, _: StackId) {}
+    fn retain(&mut self, _: &dyn Fn(StackId) -> bool) {}
+}
+
+/// The stacks behind caller ids: the kernel's resolver, the user stacks,
+/// and which ids join the two.
+struct Stacks<'a, S> {
+    resolver: &'a mut Resolver<S>,
+    user: &'a mut dyn UserStacks,
+    joined: &'a FxHashMap<StackId, (StackId, StackId)>,
+}
+
+impl<S: StackSource> Stacks<'_, S> {
+    /// Caller id `id` symbolized: its kernel stack, and for a joined id the
+    /// user frames after a `[kernel]` marker (innermost first, so read
+    /// root-first: the application's frames, then the kernel's).
+    fn caller(&mut self, id: StackId) -> ResolvedStack {
+        let Some(&(kernel, user)) = self.joined.get(&id) else {
+            return self.resolver.stack(id).clone();
+        };
+        let mut rs = self.resolver.stack(kernel).clone();
+        let mut frames = rs.frames.to_vec();
+        if frames.is_empty() {
+            frames.push(rs.caller.clone());
+        }
+        frames.push(placeholders::KERNEL_MARKER.into());
+        frames.extend(self.user.frames(user));
+        rs.frames = frames.into();
+        rs
+    }
+}
 
 /// Frames shown in a yield caller's path.
 const YIELD_PATH_FRAMES: usize = 4;
@@ -150,20 +217,31 @@ fn owners<S: StackSource>(
     out
 }
 
+/// The cgroup shares of each caller id of `agg`.
+fn caller_shares(agg: &LockAgg) -> FxHashMap<StackId, Vec<CgroupShare>> {
+    let mut out: FxHashMap<StackId, Vec<CgroupShare>> = FxHashMap::default();
+    for (&(sid, id), c) in &agg.caller_cgroups {
+        out.entry(sid).or_default().push(CgroupShare { id, count: c.count, wait_ns: c.wait_ns, max_ns: c.max_ns });
+    }
+    out
+}
+
 /// One lock's profile: callers symbolized and merged by stack, named.
 fn lock_profile<S: StackSource>(
     key: &LockKey,
     agg: &LockAgg,
-    resolver: &mut Resolver<S>,
+    stacks: &mut Stacks<'_, S>,
     task_name: TaskNames,
 ) -> LockProfile {
     // Callers with the same symbolized stack are merged.
     let mut by_stack: BTreeMap<Frames, CallerProfile> = BTreeMap::new();
     let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
+    let mut shares = caller_shares(agg);
     for (sid, stats) in &agg.callers {
-        let rs = resolver.stack(*sid);
+        let rs = stacks.caller(*sid);
         *caller_fns.entry(rs.caller_fn.clone()).or_default() += stats.count();
         let hold = agg.hold_callers.get(sid);
+        let cgroups = shares.remove(sid).unwrap_or_default();
         by_stack
             .entry(rs.group_key())
             .and_modify(|c| {
@@ -171,12 +249,18 @@ fn lock_profile<S: StackSource>(
                 if let Some(h) = hold {
                     c.hold.get_or_insert_with(|| Stats::new(h.sigfig_of())).merge(h);
                 }
+                merge_shares(&mut c.cgroups, &cgroups);
             })
-            .or_insert_with(|| CallerProfile {
-                caller: rs.caller.clone(),
-                stack: rs.frames.clone(),
-                wait: Stats::clone(stats),
-                hold: hold.map(|h| Stats::clone(h)),
+            .or_insert_with(|| {
+                let mut c = CallerProfile {
+                    caller: rs.caller.clone(),
+                    stack: rs.frames.clone(),
+                    wait: Stats::clone(stats),
+                    hold: hold.map(|h| Stats::clone(h)),
+                    cgroups: Vec::new(),
+                };
+                merge_shares(&mut c.cgroups, &cgroups);
+                c
             });
     }
     let mut callers: Vec<CallerProfile> = by_stack.into_values().collect();
@@ -199,7 +283,7 @@ fn lock_profile<S: StackSource>(
         slab: None,
         field: None,
         addresses: None,
-        owners: owners(key, agg, resolver, task_name),
+        owners: owners(key, agg, stacks.resolver, task_name),
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
@@ -249,13 +333,20 @@ fn name_by_address(locks: &mut [LockProfile], ks: &Kallsyms, idents: &mut dyn Id
 }
 
 /// Every stack id `snap` refers to (callers, holds, owners, yield_to
-/// callers, the slowest waits), repeats included.
-fn stack_ids(snap: &Snapshot) -> impl Iterator<Item = StackId> + '_ {
+/// callers, the slowest waits), repeats included: kernel stack ids, and
+/// the user stack ids of joined callers.
+fn stack_ids(snap: &Snapshot) -> impl Iterator<Item = (StackId, Option<StackId>)> + '_ {
     let locks = snap
         .locks
         .values()
         .flat_map(|l| l.callers.keys().chain(l.hold_callers.keys()).copied().chain(l.blame.keys().map(|b| b.stack_id)));
-    snap.yields.callers.keys().copied().chain(snap.slowest.iter().map(|e| e.stack_id)).chain(locks)
+    snap.yields.callers.keys().copied().chain(snap.slowest.iter().map(|e| e.stack_id)).chain(locks).map(|id| match snap
+        .joined
+        .get(&id)
+    {
+        Some(&(kernel, user)) => (kernel, Some(user)),
+        None => (id, None),
+    })
 }
 
 /// Builds profiles from snapshots for the whole session.
@@ -267,13 +358,36 @@ pub struct ProfileBuilder<S> {
     idents: Box<dyn Identities>,
     /// Names of owner threads the kernel gave no comm for.
     task_names: TaskNames,
+    /// Names of cgroups.
+    cgroup_names: Box<dyn CgroupNames>,
+    /// User stacks of joined callers.
+    user: Box<dyn UserStacks>,
 }
 
 impl<S: StackSource> ProfileBuilder<S> {
     /// A builder over a resolver (whose stack cache it keeps), without
     /// kernel identities.
     pub fn new(resolver: Resolver<S>) -> Self {
-        ProfileBuilder { resolver, locks: FxHashMap::default(), idents: Box::new(NoIdentities), task_names: |_| None }
+        ProfileBuilder {
+            resolver,
+            locks: FxHashMap::default(),
+            idents: Box::new(NoIdentities),
+            task_names: |_| None,
+            cgroup_names: Box::new(NoCgroupNames),
+            user: Box::new(NoUserStacks),
+        }
+    }
+
+    /// Names cgroups with `names`.
+    pub fn with_cgroup_names(mut self, names: Box<dyn CgroupNames>) -> Self {
+        self.cgroup_names = names;
+        self
+    }
+
+    /// Symbolizes the user part of joined callers with `user`.
+    pub fn with_user_stacks(mut self, user: Box<dyn UserStacks>) -> Self {
+        self.user = user;
+        self
     }
 
     /// Names owner threads the kernel gave no comm for with `names`.
@@ -292,8 +406,11 @@ impl<S: StackSource> ProfileBuilder<S> {
     /// so that the kernel's stack map may forget it: what a session with
     /// no live view does every interval (a live view's `build` does it).
     pub fn prefetch(&mut self, snap: &Snapshot) {
-        for id in stack_ids(snap) {
+        for (id, user) in stack_ids(snap) {
             self.resolver.prefetch(id);
+            if let Some(user) = user {
+                self.user.prefetch(user);
+            }
         }
     }
 
@@ -309,13 +426,16 @@ impl<S: StackSource> ProfileBuilder<S> {
         kept.task_rows_aged = snap.overflow.aged_tasks;
         kept.caller_rows_aged = snap.overflow.aged_callers;
         kept.yield_keys_overflow = snap.yields.overflow;
+        kept.cgroup_keys_overflow = snap.overflow.cgroups;
         self.locks.retain(|k, _| snap.locks.contains_key(k));
         let mut locks = Vec::with_capacity(snap.locks.len());
         for (key, agg) in &snap.locks {
             match self.locks.get(key) {
                 Some((seen, built)) if Arc::ptr_eq(seen, agg) => locks.push(built.clone()),
                 _ => {
-                    let built = lock_profile(key, agg, &mut self.resolver, self.task_names);
+                    let mut stacks =
+                        Stacks { resolver: &mut self.resolver, user: self.user.as_mut(), joined: &snap.joined };
+                    let built = lock_profile(key, agg, &mut stacks, self.task_names);
                     self.locks.insert(*key, (agg.clone(), built.clone()));
                     locks.push(built);
                 }
@@ -370,12 +490,53 @@ impl<S: StackSource> ProfileBuilder<S> {
             .then(|| yield_profile(&snap.yields, &mut self.resolver, &locks));
         if snap.overflow.aged_callers > 0 {
             // Rows were aged out: forget the stacks nothing refers to any more.
-            let used: rustc_hash::FxHashSet<StackId> = stack_ids(snap).collect();
+            let used: rustc_hash::FxHashSet<StackId> =
+                stack_ids(snap).flat_map(|(k, u)| std::iter::once(k).chain(u)).collect();
             self.resolver.retain(|id| used.contains(&id));
+            self.user.retain(&|id| used.contains(&id));
         }
+        let cgroups = self.cgroups(snap, &locks);
         meta.drops.losses.stacks_evicted = self.resolver.evicted();
         meta.drops.bookkeeping.stacks_read = self.resolver.read();
-        Profile { meta, locks, tasks, slowest, yield_to }
+        Profile { meta, locks, tasks, slowest, yield_to, cgroups }
+    }
+
+    /// The cgroup rows: each cgroup's waits, and its part of each lock.
+    fn cgroups(&mut self, snap: &Snapshot, locks: &[LockProfile]) -> Vec<CgroupProfile> {
+        let mut per_lock: FxHashMap<u64, Vec<CgroupLock>> = FxHashMap::default();
+        for l in locks {
+            let mut shares: Vec<CgroupShare> = Vec::new();
+            for c in l.callers.iter() {
+                merge_shares(&mut shares, &c.cgroups);
+            }
+            for s in shares {
+                per_lock.entry(s.id).or_default().push(CgroupLock {
+                    lock: l.display_name().to_string(),
+                    addr: l.addr,
+                    lock_type: l.lock_type,
+                    mode: l.mode,
+                    count: s.count,
+                    wait_ns: s.wait_ns,
+                    max_ns: s.max_ns,
+                });
+            }
+        }
+        let mut out: Vec<CgroupProfile> = snap
+            .cgroups
+            .iter()
+            .map(|(&id, c)| {
+                let (name, path) = if id == CGROUP_OVERFLOW {
+                    (placeholders::OTHER_CGROUPS.to_string(), None)
+                } else {
+                    self.cgroup_names.name(id)
+                };
+                let mut locks = per_lock.remove(&id).unwrap_or_default();
+                locks.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.addr.cmp(&b.addr)));
+                CgroupProfile { id, name, path, wait: c.wait.clone(), locks }
+            })
+            .collect();
+        out.sort_by(|a, b| b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.id.cmp(&b.id)));
+        out
     }
 }
 
@@ -466,7 +627,15 @@ ffffffff822702f1 T __lock_text_end
     fn snapshot_overflows_become_bookkeeping_counters() {
         use crate::pipeline::aggregator::Overflow;
         let mut snap = Aggregator::new(Limits::default()).snapshot();
-        snap.overflow = Overflow { locks: 1, callers: 2, tasks: 3, aged_locks: 4, aged_tasks: 5, aged_callers: 6 };
+        snap.overflow = Overflow {
+            locks: 1,
+            callers: 2,
+            tasks: 3,
+            aged_locks: 4,
+            aged_tasks: 5,
+            aged_callers: 6,
+            ..Overflow::default()
+        };
         snap.yields = Arc::new(YieldAgg { overflow: 7, ..YieldAgg::default() });
         let mut meta = Meta::default();
         meta.drops.losses.ringbuf_full = 9;

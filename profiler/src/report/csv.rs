@@ -125,6 +125,40 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                 rows.push(r);
             }
         }
+        By::Cgroup => {
+            rows.push(
+                [
+                    "cgroup",
+                    "path",
+                    "cgroup_id",
+                    "lock",
+                    "addr",
+                    "type",
+                    "mode",
+                    "contended",
+                    "wait_total_ns",
+                    "wait_max_ns",
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+            for c in opts.query.cgroups(p) {
+                for l in opts.query.cgroup_locks(p, c) {
+                    rows.push(vec![
+                        c.name.clone(),
+                        c.path.clone().unwrap_or_default(),
+                        c.id.to_string(),
+                        l.lock.clone(),
+                        format!("{:#x}", l.addr),
+                        type_name(l.lock_type).to_string(),
+                        mode_name(l.mode).to_string(),
+                        l.count.to_string(),
+                        l.wait_ns.to_string(),
+                        l.max_ns.to_string(),
+                    ]);
+                }
+            }
+        }
         By::YieldCaller => {
             let mut h: Vec<String> = ["caller", "path", "stack"].map(String::from).to_vec();
             h.extend(YIELD_HEADER.map(String::from));
@@ -233,5 +267,16 @@ mod tests {
     fn empty_profile_has_header_only() {
         let rows = parse(&render_csv(&Profile::default(), &ReportOptions::default()), b',');
         assert_eq!(rows.len(), 1);
+    }
+
+    #[test]
+    fn by_cgroup_has_one_row_per_cgroup_and_lock() {
+        let p = fixture::profile_with_cgroups();
+        let rows = parse(&render_csv(&p, &ReportOptions { by: By::Cgroup, ..Default::default() }), b',');
+        let cells = |r: usize, from: usize, to: usize| (from..to).map(|i| rows[r][i].to_string()).collect::<Vec<_>>();
+        assert_eq!(cells(0, 0, 4), ["cgroup", "path", "cgroup_id", "lock"]);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(cells(1, 0, 4), ["cron.service", "/system.slice/cron.service", "12", "tasklist_lock"]);
+        assert_eq!(cells(2, 7, 10), ["3", "2700", "1100"]);
     }
 }

@@ -107,6 +107,9 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                         "wait_avg_ns": c.wait.avg_ns(),
                         "wait_p99_ns": c.wait.quantile_ns(0.99),
                         "hold_total_ns": ht, "hold_max_ns": hm, "hold_avg_ns": ha, "hold_p99_ns": hp,
+                        "cgroups": c.cgroups.iter().map(|s| json!({
+                            "cgroup_id": s.id, "contended": s.count, "wait_total_ns": s.wait_ns, "wait_max_ns": s.max_ns,
+                        })).collect::<Vec<Value>>(),
                     })
                 })
                 .collect();
@@ -171,6 +174,34 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
             })
         })
         .collect();
+    let cgroups: Vec<Value> = opts
+        .query
+        .cgroups(p)
+        .into_iter()
+        .map(|c| {
+            let locks: Vec<Value> = opts
+                .query
+                .cgroup_locks(p, c)
+                .into_iter()
+                .map(|l| {
+                    json!({
+                        "lock": l.lock, "addr": format!("{:#x}", l.addr),
+                        "type": type_name(l.lock_type), "mode": mode_name(l.mode),
+                        "contended": l.count, "wait_total_ns": l.wait_ns, "wait_max_ns": l.max_ns,
+                    })
+                })
+                .collect();
+            json!({
+                "cgroup_id": c.id, "name": c.name, "path": c.path,
+                "contended": c.wait.count(),
+                "wait_total_ns": c.wait.total_ns(),
+                "wait_max_ns": c.wait.max_ns(),
+                "wait_avg_ns": c.wait.avg_ns(),
+                "wait_p99_ns": c.wait.quantile_ns(0.99),
+                "locks": locks,
+            })
+        })
+        .collect();
     let m = &p.meta;
     json!({
         "schema": SCHEMA,
@@ -189,6 +220,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
         "locks": locks,
         "tasks": tasks,
         "slowest": slowest,
+        "cgroups": cgroups,
         "yield_to": yield_json(p, opts),
     })
 }
@@ -308,5 +340,18 @@ mod tests {
             (Some(3), Some(3_000), Some(2_000))
         );
         assert_eq!(v["locks"][0]["owners"].as_array().map(Vec::len), Some(0));
+    }
+
+    #[test]
+    fn cgroups_keep_their_raw_path_and_split_callers() {
+        let v = to_json(&fixture::profile_with_cgroups(), &ReportOptions::default());
+        let c = &v["cgroups"][1];
+        assert_eq!(c["name"], "docker:3f2a9c1b7d4e");
+        assert!(c["path"].as_str().is_some_and(|p| p.starts_with("/system.slice/docker-3f2a9c1b7d4e5f60")));
+        assert_eq!((c["cgroup_id"].as_u64(), c["contended"].as_u64()), (Some(4242), Some(3)));
+        assert_eq!(c["locks"][0]["lock"], "mutex @ anon_pipe_write");
+        let split = &v["locks"][1]["callers"][0]["cgroups"];
+        assert_eq!(split[0]["cgroup_id"], 4242);
+        assert_eq!(split[1]["wait_total_ns"], 500);
     }
 }

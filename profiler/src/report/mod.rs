@@ -51,6 +51,9 @@ pub enum By {
     Owner,
     /// One row per waiting thread.
     Task,
+    /// One row per cgroup of the waiting tasks (service, container), its
+    /// locks nested.
+    Cgroup,
     /// KVM directed yield: one row per `yield_to` caller stack.
     YieldCaller,
     /// KVM directed yield: one row per (yielding thread, target task).
@@ -65,6 +68,7 @@ impl By {
             By::Caller => "caller",
             By::Owner => "owner",
             By::Task => "task",
+            By::Cgroup => "cgroup",
             By::YieldCaller => "yield_caller",
             By::YieldPair => "yield_pair",
         }
@@ -208,12 +212,14 @@ pub(crate) mod fixture {
                             .into(),
                             wait: stats(DETAIL_SIGFIG, &tl_a),
                             hold: None,
+                            cgroups: Vec::new(),
                         },
                         CallerProfile {
                             caller: "release_task+0x5a".into(),
                             stack: vec!["queued_write_lock_slowpath+0x70".into(), "release_task+0x5a".into()].into(),
                             wait: stats(DETAIL_SIGFIG, &tl_b),
                             hold: None,
+                            cgroups: Vec::new(),
                         },
                     ]
                     .into(),
@@ -242,6 +248,7 @@ pub(crate) mod fixture {
                         .into(),
                         wait: stats(DETAIL_SIGFIG, &pipe),
                         hold: None,
+                        cgroups: Vec::new(),
                     }]
                     .into(),
                 },
@@ -269,6 +276,7 @@ pub(crate) mod fixture {
                 stack: vec!["queued_write_lock_slowpath+0x70".into(), "copy_process+0x6f1".into()],
             }],
             yield_to: None,
+            cgroups: Vec::new(),
         }
     }
 
@@ -341,6 +349,70 @@ pub(crate) mod fixture {
                 locks: vec!["spinlock @ double_rq_lock".into()],
             },
         });
+        p
+    }
+
+    /// The same profile with the waiting tasks' cgroups: the pipe writers in
+    /// a Docker container and nginx, the forker in a systemd service.
+    pub(crate) fn profile_with_cgroups() -> Profile {
+        use crate::model::{CgroupLock, CgroupProfile, CgroupShare};
+        const DOCKER: u64 = 4242;
+        const NGINX: u64 = 77;
+        const CRON: u64 = 12;
+        let mut p = profile();
+        let share = |id, count, wait_ns, max_ns| CgroupShare { id, count, wait_ns, max_ns };
+        let locks = &mut p.locks;
+        // tasklist_lock: both callers from cron.service.
+        let tl: Vec<CallerProfile> = locks[0]
+            .callers
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.cgroups = vec![share(CRON, c.wait.count(), c.wait.total_ns(), c.wait.max_ns())];
+                c
+            })
+            .collect();
+        locks[0].callers = tl.into();
+        // The pipe mutex: 3 waits from the container, 1 from nginx.
+        let mut pipe = locks[1].callers[0].clone();
+        pipe.cgroups = vec![share(DOCKER, 3, 2_700, 1_100), share(NGINX, 1, 500, 500)];
+        locks[1].callers = vec![pipe].into();
+        let lock = |l: &LockProfile, count, wait_ns, max_ns| CgroupLock {
+            lock: l.display_name().to_string(),
+            addr: l.addr,
+            lock_type: l.lock_type,
+            mode: l.mode,
+            count,
+            wait_ns,
+            max_ns,
+        };
+        let (tl, pipe) = (&p.locks[0], &p.locks[1]);
+        p.cgroups = vec![
+            CgroupProfile {
+                id: CRON,
+                name: "cron.service".into(),
+                path: Some("/system.slice/cron.service".into()),
+                wait: stats(DETAIL_SIGFIG, &[2_000, 4_000, 90_000, 1_000, 3_000]),
+                locks: vec![lock(tl, 5, 100_000, 90_000)],
+            },
+            CgroupProfile {
+                id: DOCKER,
+                name: "docker:3f2a9c1b7d4e".into(),
+                path: Some(
+                    "/system.slice/docker-3f2a9c1b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f.scope"
+                        .into(),
+                ),
+                wait: stats(DETAIL_SIGFIG, &[700, 900, 1_100]),
+                locks: vec![lock(pipe, 3, 2_700, 1_100)],
+            },
+            CgroupProfile {
+                id: NGINX,
+                name: "nginx.service".into(),
+                path: Some("/system.slice/nginx.service".into()),
+                wait: stats(DETAIL_SIGFIG, &[500]),
+                locks: vec![lock(pipe, 1, 500, 500)],
+            },
+        ];
         p
     }
 }

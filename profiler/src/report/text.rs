@@ -283,7 +283,42 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
                 let _ = writeln!(out, "{} {:>8} {:>8}  {}", stat_cols(&t.wait), t.tid, t.tgid, t.comm);
             }
         }
+        By::Cgroup => cgroups_view(p, opts, out),
         By::YieldCaller | By::YieldPair => {}
+    }
+}
+
+/// One row per cgroup, its locks nested.
+fn cgroups_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
+    if p.cgroups.is_empty() {
+        out.push_str("no cgroups recorded (see the notes above; --no-cgroups turns them off)\n");
+        return;
+    }
+    let _ = writeln!(out, "{HEADER}  cgroup");
+    for c in opts.query.cgroups(p) {
+        let path = match &c.path {
+            Some(path) if path != &c.name => format!("  ({path})"),
+            Some(_) => String::new(),
+            None => "  (removed)".into(),
+        };
+        let _ = writeln!(out, "{}  {}{path}", stat_cols(&c.wait), c.name);
+        let locks = opts.query.cgroup_locks(p, c);
+        let shown = opts.callers_per_lock.min(locks.len());
+        for l in &locks[..shown] {
+            let _ = writeln!(
+                out,
+                "{:>10} {:>11} {:>11} {:>35}<- {:<13} {}",
+                l.count,
+                fmt_ns(l.wait_ns),
+                fmt_ns(l.max_ns),
+                "",
+                type_label(l.lock_type, l.mode),
+                l.lock
+            );
+        }
+        if locks.len() > shown {
+            let _ = writeln!(out, "{:>58}    (+{} more locks)", "", locks.len() - shown);
+        }
     }
 }
 
@@ -408,5 +443,20 @@ run-queue lock contention inside yield_to: 2 waits, 3.00 us total, 2.00 us max (
     fn empty_profile_says_so() {
         let got = render_text(&crate::model::Profile::default(), &ReportOptions::default());
         assert!(got.contains("no lock contention recorded"), "{got}");
+    }
+
+    #[test]
+    fn by_cgroup_lists_cgroups_with_their_locks() {
+        let p = fixture::profile_with_cgroups();
+        let text = render_text(&p, &ReportOptions { by: By::Cgroup, ..Default::default() });
+        let rows: Vec<&str> = text.lines().skip_while(|l| !l.ends_with("  cgroup")).collect();
+        assert!(rows[1].ends_with("cron.service  (/system.slice/cron.service)"), "{text}");
+        assert!(rows[2].contains("<- rwlock:W ") && rows[2].ends_with(" tasklist_lock"), "{text}");
+        assert!(rows[3].contains("docker:3f2a9c1b7d4e  (/system.slice/docker-3f2a9c1b7d4e"), "{text}");
+        let only = Query { lock: Some("tasklist_lock".into()), ..Query::default() };
+        let text = render_text(&p, &ReportOptions { by: By::Cgroup, query: only, ..Default::default() });
+        assert!(text.contains("cron.service") && !text.contains("nginx"), "{text}");
+        let none = render_text(&fixture::profile(), &ReportOptions { by: By::Cgroup, ..Default::default() });
+        assert!(none.contains("no cgroups recorded"), "{none}");
     }
 }

@@ -181,6 +181,7 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
                     lock_type: &e.lock.type_label,
                     addr: e.lock.addr,
                     frames: &e.stack,
+                    cgroup: None,
                     values: q.metric.values(&e.values),
                 }),
             )
@@ -198,6 +199,7 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
                     lock_type: ty,
                     addr: l.addr,
                     frames,
+                    cgroup: None,
                     values: q.metric.values(v),
                 }),
             )
@@ -212,6 +214,7 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
                         lock_type: ty,
                         addr: l.addr,
                         frames: caller_frames(c),
+                        cgroup: None,
                         values: q.metric.values(&caller_values(c)),
                     })
                 }),

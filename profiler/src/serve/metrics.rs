@@ -30,6 +30,10 @@ pub const OTHER: &str = "[other]";
 
 pub use crate::pipeline::delta::{BUCKET_LOG2_NS, Hist, Totals};
 
+mod cgroups;
+
+use cgroups::CgroupSeries;
+
 /// How much of a lock's recent-wait score survives each profile (about a
 /// 30-profile half-life: a lock idle for a minute is overtaken quickly).
 const DECAY: f64 = 0.977;
@@ -63,6 +67,8 @@ pub struct Exporter {
     own_drops: BTreeMap<&'static str, model::Counter>,
     /// Rows held per table (what bounds the daemon's memory).
     rows: BTreeMap<&'static str, u64>,
+    /// Each lock's waits split by the waiters' cgroup.
+    cgroups: CgroupSeries,
 }
 
 fn name_source(l: &LockProfile) -> &'static str {
@@ -75,9 +81,11 @@ fn name_source(l: &LockProfile) -> &'static str {
 }
 
 impl Exporter {
-    /// An exporter giving at most `max_series` locks series of their own.
-    pub fn new(max_series: usize) -> Exporter {
+    /// An exporter giving at most `max_series` locks and `max_cgroups`
+    /// cgroups series of their own.
+    pub fn new(max_series: usize, max_cgroups: usize) -> Exporter {
         Exporter {
+            cgroups: CgroupSeries::new(max_cgroups),
             max_series,
             deltas: Deltas::new(),
             scores: HashMap::new(),
@@ -123,6 +131,8 @@ impl Exporter {
                 None => self.other.entry((d.key.lock_type, d.key.mode)).or_default().add(&d.totals),
             }
         }
+        let series = &self.series;
+        self.cgroups.update(p, |k| series.get(k).map_or_else(|| OTHER.to_string(), |s| s.lock.clone()));
         self.meta = p.meta.clone();
         self.yields = p.yield_to.as_ref().map(|y| y.total.clone());
         self.set_rows("locks", p.locks.len());
@@ -228,6 +238,36 @@ impl Exporter {
             let metrics = rows.iter().map(|(labels, t)| kind.metric(labels, pick(t))).collect();
             families.push(family(name, help, kind.metric_type(), metrics));
         }
+        let cgroup_rows: Vec<(Vec<(&str, String)>, Hist)> = self
+            .cgroups
+            .series
+            .iter()
+            .map(|((cg, lock, t, m), s)| {
+                let labels = vec![
+                    ("cgroup", cg.clone()),
+                    ("lock", lock.clone()),
+                    ("type", type_name(*t).to_string()),
+                    ("mode", mode_name(*m).to_string()),
+                ];
+                (labels, Hist { count: s.count, sum_ns: s.wait_ns, ..Hist::default() })
+            })
+            .collect();
+        for (name, help, kind) in [
+            (
+                "lockprof_cgroup_lock_contentions_total",
+                "Contended acquisitions per lock, by the waiting task's cgroup (at most --max-cgroups cgroups; \
+                 the rest are cgroup=\"[other]\").",
+                Kind::Count,
+            ),
+            (
+                "lockprof_cgroup_lock_wait_seconds_total",
+                "Time spent waiting for each lock, by the waiting task's cgroup.",
+                Kind::Sum,
+            ),
+        ] {
+            let metrics = cgroup_rows.iter().map(|(labels, h)| kind.metric(labels, h)).collect();
+            families.push(family(name, help, kind.metric_type(), metrics));
+        }
         if let Some(y) = &self.yields {
             let outcomes = [("yielded", y.yielded), ("failed", y.failed), ("error", y.errors)];
             let metrics = outcomes
@@ -290,6 +330,12 @@ impl Exporter {
             "Locks with series of their own (at most --max-series; the rest are lock=\"[other]\").",
             MetricType::GAUGE,
             vec![gauge(&[], self.series.len() as f64)],
+        ));
+        families.push(family(
+            "lockprof_cgroup_series",
+            "cgroups with series of their own (at most --max-cgroups; the rest are cgroup=\"[other]\").",
+            MetricType::GAUGE,
+            vec![gauge(&[], self.cgroups.named() as f64)],
         ));
         families.push(family(
             "lockprof_table_rows",

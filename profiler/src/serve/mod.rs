@@ -35,6 +35,8 @@ pub mod defaults {
     pub const WINDOW_S: u64 = 60;
     /// `--max-series`.
     pub const MAX_SERIES: usize = 100;
+    /// `--max-cgroups`.
+    pub const MAX_CGROUPS: usize = 10;
     /// Rows the window may hold in all.
     pub const MAX_WINDOW_ENTRIES: usize = 200_000;
     /// Thread rows the session keeps (nothing is exported per thread; the
@@ -51,6 +53,8 @@ pub struct ServeOptions {
     pub window: Duration,
     /// Locks with Prometheus series of their own.
     pub max_series: usize,
+    /// cgroups with Prometheus series of their own.
+    pub max_cgroups: usize,
     /// Rows the window may hold in all.
     pub max_window_entries: usize,
 }
@@ -102,7 +106,7 @@ impl State {
     /// Empty state for `opts`.
     pub fn new(opts: &ServeOptions) -> State {
         State {
-            exporter: Exporter::new(opts.max_series),
+            exporter: Exporter::new(opts.max_series, opts.max_cgroups),
             window: Window::new(opts.window, opts.max_window_entries),
             latest: Arc::new(Profile::default()),
             updated: Instant::now(),

@@ -27,6 +27,7 @@ pub(crate) fn profile(locks: &[(u64, TestCallers<'_>)]) -> Profile {
                 stack: vec!["__mutex_lock+0x1".to_string(), format!("{leaf}+0x10")].into(),
                 wait: s,
                 hold: None,
+                cgroups: Vec::new(),
             });
         }
         p.meta.events += wait.count();

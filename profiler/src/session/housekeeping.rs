@@ -6,7 +6,7 @@ use std::{os::fd::RawFd, time::Duration};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::refusals::Refusals;
+use super::{cgroups::FilterWatch, refusals::Refusals};
 use crate::{
     ebpf::{AggMaps, KernelCounters, PendingMaps, recursion_misses},
     pipeline::{Msg, aggregator::KernelStatus},
@@ -29,6 +29,8 @@ pub struct Housekeeping {
     pub program_fds: Vec<RawFd>,
     /// Map operations the kernel refused.
     pub refused: Refusals,
+    /// The `--cgroup` filter, kept up to date.
+    pub cgroup_filter: Option<FilterWatch>,
 }
 
 impl Housekeeping {
@@ -93,6 +95,12 @@ impl Housekeeping {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {
                     self.drain_aggregates(&tx).await;
+                    if let Some(f) = self.cgroup_filter.as_mut() {
+                        let added = f.refresh();
+                        if added > 0 {
+                            log::debug!("--cgroup: {added} new cgroups below the filtered ones");
+                        }
+                    }
                     let reaped = self.pending.reap_exited();
                     if reaped > 0 {
                         log::debug!("reaped {reaped} pending-wait entries of exited threads");

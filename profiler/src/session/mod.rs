@@ -4,6 +4,7 @@
 //! [`Session::profiles`]; [`Session::finish`] stops (detach), reads (drain
 //! the ring buffer and maps, waits still open) and resolves the profile.
 
+mod cgroups;
 mod housekeeping;
 mod options;
 mod refusals;
@@ -18,10 +19,11 @@ use profiler_common::{ContentionEvent, EVENT_CONTENTION, counter};
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-pub use options::{Mode, SessionOptions, defaults};
+pub use options::{CgroupOptions, Mode, SessionOptions, defaults};
 
 use self::housekeeping::Housekeeping;
 use crate::{
+    cgroups::{CgroupFs, CgroupTree},
     ebpf::{KernelStacks, LoadError, Probes, features::kernel_release, recursion_misses},
     model::{Counters, Meta, Profile},
     pipeline::{
@@ -174,10 +176,25 @@ impl Session {
             Kallsyms::default()
         });
         let ring = probes.take_events()?;
-        let builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
+        let mut builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
             .with_identities(Box::new(probes.take_identities()?))
             .with_task_names(task_comm);
+        let fs = opts.cgroups.as_ref().map(|c| c.fs.clone());
+        let fs = if opts.load.config.cgroups != 0 { fs.or_else(|| CgroupFs::discover().ok()) } else { None };
+        if let Some(fs) = fs {
+            builder = builder.with_cgroup_names(Box::new(cgroups::TreeNames(CgroupTree::new(fs))));
+        }
+        let cgroup_filter = match &opts.cgroups {
+            Some(c) if opts.load.config.filter_cgroup != 0 => Some(cgroups::FilterWatch::new(
+                probes.take_cgroup_filter()?,
+                c.fs.clone(),
+                c.roots.clone(),
+                &opts.load.cgroup_ids,
+            )),
+            _ => None,
+        };
         let hk = Housekeeping {
+            cgroup_filter,
             aggs: if opts.mode() == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
             pending: probes.take_pending()?,
             counters: probes.take_counters()?,
@@ -239,7 +256,7 @@ impl Prepared {
             hold_backend: probes.hold().ok().map(|k| k.name().to_string()),
             yield_backend: probes.yield_kind().ok().map(|k| k.name().to_string()),
             yield_unavailable: probes.yield_kind().err().map(|u| u.reason.clone()),
-            notes: probes.notes().to_vec(),
+            notes: probes.notes().iter().chain(&opts.notes).cloned().collect(),
             filters: opts.filters,
             ..Meta::default()
         };
@@ -336,6 +353,8 @@ impl Session {
                 flags: p.flags,
                 _pad: 0,
                 stack_id: p.stack_id,
+                user_stack_id: p.user_stack_id,
+                cgroup_id: p.cgroup_id,
                 comm,
             });
         }

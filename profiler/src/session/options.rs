@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use profiler_common::{DEFAULT_STACK_ENTRIES, MODE_AGGREGATE, MODE_STREAM, STACK_WINDOWS_PER_S};
 
-use crate::{ebpf::LoadOptions, pipeline::Limits};
+use crate::{cgroups::CgroupFs, ebpf::LoadOptions, pipeline::Limits};
 
 /// How waits reach userspace.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -49,6 +49,17 @@ pub mod defaults {
     pub const MAX_CALLERS: usize = 50_000;
 }
 
+/// cgroup attribution: the cgroup2 mount, and the `--cgroup` roots.
+#[derive(Clone, Debug)]
+pub struct CgroupOptions {
+    /// The cgroup v2 hierarchy.
+    pub fs: CgroupFs,
+    /// `--cgroup` cgroups (paths relative to the mount): their tasks and
+    /// their descendants' are recorded, and cgroups created below them
+    /// while recording join within an interval.
+    pub roots: Vec<String>,
+}
+
 /// Everything a session needs.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -67,6 +78,10 @@ pub struct SessionOptions {
     pub filters: Vec<String>,
     /// Forward the eBPF programs' own diagnostics (aya-log) to the log (`-v`).
     pub ebpf_logs: bool,
+    /// cgroup attribution and filter (None: no cgroup v2 hierarchy, or not asked for).
+    pub cgroups: Option<CgroupOptions>,
+    /// Notes for the profile's meta (what the session could not do).
+    pub notes: Vec<String>,
 }
 
 impl Default for SessionOptions {
@@ -80,6 +95,8 @@ impl Default for SessionOptions {
             poll_interval: Duration::from_millis(50),
             filters: Vec::new(),
             ebpf_logs: false,
+            cgroups: None,
+            notes: Vec::new(),
         }
     }
 }
@@ -93,6 +110,7 @@ impl SessionOptions {
         o.set_stack_rate(defaults::STACK_RATE);
         o.load.config.outlier_ns = defaults::OUTLIER_US * 1_000;
         o.load.config.owners = 1;
+        o.load.config.cgroups = 1;
         o.limits.max_callers = defaults::MAX_CALLERS;
         o
     }

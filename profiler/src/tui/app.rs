@@ -14,7 +14,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 use super::keys::{Action, action_for};
 use crate::{
-    model::{CallerProfile, LockKey, LockProfile, Profile, TaskProfile, YieldStats, placeholders},
+    model::{CallerProfile, CgroupProfile, LockKey, LockProfile, Profile, TaskProfile, YieldStats, placeholders},
     pipeline::delta::Deltas,
     query::{Query, SortKey},
 };
@@ -28,6 +28,8 @@ pub enum View {
     Callers,
     /// One row per thread.
     Tasks,
+    /// One row per cgroup (service, container) of the waiting tasks.
+    Cgroups,
     /// KVM directed yield: caller paths, then (yielder, target) pairs.
     Yield,
 }
@@ -71,6 +73,8 @@ pub struct Rows {
     pub callers: Vec<(usize, usize)>,
     /// Tasks view: indices into `profile.tasks`.
     pub tasks: Vec<usize>,
+    /// cgroups view: indices into `profile.cgroups`.
+    pub cgroups: Vec<usize>,
     /// yield_to view: caller paths, then pairs.
     pub yields: Vec<YieldRow>,
     /// A label per lock address that tells locks with the same name apart.
@@ -79,7 +83,7 @@ pub struct Rows {
 
 impl View {
     /// All views, in tab order.
-    pub const ALL: [View; 4] = [View::Locks, View::Callers, View::Tasks, View::Yield];
+    pub const ALL: [View; 5] = [View::Locks, View::Callers, View::Tasks, View::Cgroups, View::Yield];
 
     /// Tab title.
     pub fn title(self) -> &'static str {
@@ -87,6 +91,7 @@ impl View {
             View::Locks => "Locks",
             View::Callers => "Callers",
             View::Tasks => "Tasks",
+            View::Cgroups => "cgroups",
             View::Yield => "yield_to",
         }
     }
@@ -257,6 +262,7 @@ impl App {
             locks: q.lock_indices(p),
             callers: q.caller_indices(p),
             tasks: q.task_indices(p),
+            cgroups: q.cgroup_indices(p),
             yields,
             labels: p.labels(),
         };
@@ -296,6 +302,11 @@ impl App {
         self.rows.tasks.iter().map(|&i| &self.profile.tasks[i]).collect()
     }
 
+    /// cgroups view rows.
+    pub fn cgroup_rows(&self) -> Vec<&CgroupProfile> {
+        self.rows.cgroups.iter().map(|&i| &self.profile.cgroups[i]).collect()
+    }
+
     /// yield_to rows: caller paths, then pairs.
     pub fn yield_rows(&self) -> &[YieldRow] {
         &self.rows.yields
@@ -307,6 +318,7 @@ impl App {
             View::Locks => self.rows.locks.len(),
             View::Callers => self.rows.callers.len(),
             View::Tasks => self.rows.tasks.len(),
+            View::Cgroups => self.rows.cgroups.len(),
             View::Yield => self.rows.yields.len(),
         }
     }
@@ -316,7 +328,7 @@ impl App {
         match self.view {
             View::Locks => self.rows.locks.get(self.selected).map(|&i| &self.profile.locks[i]),
             View::Callers => self.rows.callers.get(self.selected).map(|&(i, _)| &self.profile.locks[i]),
-            View::Tasks | View::Yield => None,
+            View::Tasks | View::Cgroups | View::Yield => None,
         }
     }
 
@@ -473,6 +485,8 @@ mod tests {
         app.apply(Action::PrevView);
         app.apply(Action::PrevView);
         assert_eq!(app.view, View::Yield, "tabs wrap around");
+        app.apply(Action::PrevView);
+        assert_eq!(app.view, View::Cgroups);
         app.apply(Action::PrevView);
         assert_eq!(app.view, View::Tasks);
     }

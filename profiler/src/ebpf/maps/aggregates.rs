@@ -146,7 +146,16 @@ mod tests {
 
     #[test]
     fn cache_slots_count_only_in_their_generation() {
-        let key = |tid| AggKey { lock_addr: 0xffff_8881_0000_1000, tid, tgid: 7, flags: 0x20, stack_id: 3, _pad: 0 };
+        let key = |tid| AggKey {
+            lock_addr: 0xffff_8881_0000_1000,
+            tid,
+            tgid: 7,
+            flags: 0x20,
+            stack_id: 3,
+            user_stack_id: profiler_common::USER_STACK_OFF,
+            cgroup_id: 0,
+            _pad: 0,
+        };
         let slot = |tid, epoch, count| AggSlot {
             key: key(tid),
             epoch,

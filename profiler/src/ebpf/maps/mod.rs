@@ -10,7 +10,7 @@ pub use counters::{CounterValues, KernelCounters, recursion_misses};
 pub use pending::PendingMaps;
 
 use aya::maps::{HashMap, MapData};
-use profiler_common::{StackId, StoredStack};
+use profiler_common::{StackId, StoredStack, StoredUserStack};
 
 use crate::symbols::StackSource;
 
@@ -20,5 +20,27 @@ pub struct KernelStacks(pub(crate) HashMap<MapData, StackId, StoredStack>);
 impl StackSource for KernelStacks {
     fn frames(&mut self, id: StackId) -> Option<Vec<u64>> {
         self.0.get(&id, 0).ok().map(|st| st.frames().to_vec())
+    }
+}
+
+/// The kernel's user stack map (`--user-stacks`).
+pub struct KernelUserStacks(pub(crate) HashMap<MapData, StackId, StoredUserStack>);
+
+impl KernelUserStacks {
+    /// The process and frames (innermost first) of user stack `id`, if the
+    /// map still holds it.
+    pub fn get(&self, id: StackId) -> Option<(u32, Vec<u64>)> {
+        self.0.get(&id, 0).ok().map(|st| (st.tgid, st.frames().to_vec()))
+    }
+}
+
+/// The kernel's `--cgroup` filter map.
+pub struct CgroupFilter(pub(crate) HashMap<MapData, u64, u8>);
+
+impl CgroupFilter {
+    /// Lets cgroup `id`'s tasks be recorded; false if the map refused it
+    /// (full).
+    pub fn allow(&mut self, id: u64) -> bool {
+        self.0.insert(id, 1, 0).is_ok()
     }
 }

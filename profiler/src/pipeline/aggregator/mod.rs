@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use profiler_common::{
     AGG_BLAME, AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, STACK_OVERFLOW, StackId, YieldEvent,
-    hist_bucket_low, owner,
+    hist_bucket_low, is_stack, owner, stack_hash_finish, stack_hash_step,
 };
 use rustc_hash::FxHashMap;
 
 pub use run::{Control, Handle, Msg, spawn};
 pub use tables::{
-    BlameAgg, BlameKey, KernelStatus, Limits, LockAgg, OVERFLOW_TID, Overflow, SLOWEST_KEPT, Snapshot, TaskAgg,
-    YieldAgg, YieldPairAgg, YieldPairKey, capped,
+    BlameAgg, BlameKey, CGROUP_OVERFLOW, CgroupAgg, CgroupSums, KernelStatus, Limits, LockAgg, OVERFLOW_TID, Overflow,
+    SLOWEST_KEPT, Snapshot, TaskAgg, YieldAgg, YieldPairAgg, YieldPairKey, capped,
 };
 
 use super::record::Record;
@@ -39,6 +39,7 @@ fn lock_row<'a>(
             hold: None,
             hold_callers: FxHashMap::default(),
             blame: FxHashMap::default(),
+            caller_cgroups: FxHashMap::default(),
             touched: tick,
             caller_touched: FxHashMap::default(),
         })
@@ -63,12 +64,31 @@ fn caller_slot(lock: &mut LockAgg, callers: &mut usize, max_callers: usize, stac
     (sid, overflow)
 }
 
+/// Seed of a joined caller id's hash.
+const JOINED_SEED: u64 = 0x6a09_e667_f3bc_c908;
+
+/// The caller id of a wait: its kernel stack id, or, when it carries a user
+/// stack, an id of the pair (noted in `joined`, so the profile builder can
+/// take it apart).
+fn caller_id(joined: &mut Arc<FxHashMap<StackId, (StackId, StackId)>>, kernel: StackId, user: StackId) -> StackId {
+    if !is_stack(user) {
+        return kernel;
+    }
+    let id = stack_hash_finish(stack_hash_step(stack_hash_step(JOINED_SEED, kernel), user), 2);
+    if !joined.contains_key(&id) {
+        Arc::make_mut(joined).insert(id, (kernel, user));
+    }
+    id
+}
+
 /// Who waited, from where.
 #[derive(Clone, Copy)]
 struct Waiter<'a> {
+    /// Caller id (see [`caller_id`]).
     stack_id: StackId,
     tid: u32,
     tgid: u32,
+    cgroup_id: u64,
     comm: &'a [u8; 16],
 }
 
@@ -101,8 +121,9 @@ impl Aggregator {
     /// Adds one completed wait (streamed, or found open at stop).
     pub fn ingest(&mut self, ev: &ContentionEvent) {
         self.note_slow(ev);
-        let who = Waiter { stack_id: ev.stack_id, tid: ev.tid, tgid: ev.tgid, comm: &ev.comm };
-        self.fold(LockKey::of(ev), &who, 1, |s| s.record(ev.wait_ns));
+        let stack_id = caller_id(&mut self.state.joined, ev.stack_id, ev.user_stack_id);
+        let who = Waiter { stack_id, tid: ev.tid, tgid: ev.tgid, cgroup_id: ev.cgroup_id, comm: &ev.comm };
+        self.fold(LockKey::of(ev), &who, (1, ev.wait_ns, ev.wait_ns), |s| s.record(ev.wait_ns));
         let o = &ev.owner;
         if o.kind != owner::UNKNOWN {
             let tid = if o.kind == owner::TASK { o.tid } else { 0 };
@@ -170,17 +191,19 @@ impl Aggregator {
             return;
         }
         let add = |s: &mut Stats| s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets());
+        let stack_id = caller_id(&mut self.state.joined, key.stack_id, key.user_stack_id);
         if key.flags & AGG_HOLD != 0 {
-            self.fold_hold(LockKey::new(key.lock_addr, key.flags & !AGG_HOLD), key.stack_id, add);
+            self.fold_hold(LockKey::new(key.lock_addr, key.flags & !AGG_HOLD), stack_id, add);
             return;
         }
-        let who = Waiter { stack_id: key.stack_id, tid: key.tid, tgid: key.tgid, comm: &v.comm };
-        self.fold(LockKey::new(key.lock_addr, key.flags), &who, v.count, add);
+        let who = Waiter { stack_id, tid: key.tid, tgid: key.tgid, cgroup_id: key.cgroup_id, comm: &v.comm };
+        self.fold(LockKey::new(key.lock_addr, key.flags), &who, (v.count, v.total_ns, v.max_ns), add);
     }
 
     /// A streamed hold (wait_ns carries the hold time).
     fn ingest_hold(&mut self, ev: &ContentionEvent) {
-        self.fold_hold(LockKey::of(ev), ev.stack_id, |s| s.record(ev.wait_ns));
+        let stack_id = caller_id(&mut self.state.joined, ev.stack_id, ev.user_stack_id);
+        self.fold_hold(LockKey::of(ev), stack_id, |s| s.record(ev.wait_ns));
     }
 
     /// Applies `add` to the lock's and the acquirer stack's hold statistics.
@@ -210,10 +233,12 @@ impl Aggregator {
         slow.truncate(SLOWEST_KEPT);
     }
 
-    /// Applies `add` to the lock's, the caller's and the task's statistics,
-    /// respecting the key limits.
-    fn fold(&mut self, key: LockKey, who: &Waiter<'_>, n: u64, add: impl Fn(&mut Stats)) {
-        let Waiter { stack_id, tid, tgid, comm } = *who;
+    /// Applies `add` to the lock's, the caller's, the task's and the
+    /// cgroup's statistics, respecting the key limits. `sums`: the waits'
+    /// count, total and longest.
+    fn fold(&mut self, key: LockKey, who: &Waiter<'_>, sums: (u64, u64, u64), add: impl Fn(&mut Stats)) {
+        let Waiter { stack_id, tid, tgid, cgroup_id, comm } = *who;
+        let n = sums.0;
         let st = &mut self.state;
         st.events += n;
 
@@ -231,6 +256,20 @@ impl Aggregator {
         }
         if self.limits.max_idle.is_some() {
             lock.caller_touched.insert(sid, self.tick);
+        }
+        if cgroup_id != 0 {
+            let (cg, cg_overflow) = capped(&st.cgroups, cgroup_id, self.limits.max_cgroups, CGROUP_OVERFLOW);
+            if cg_overflow {
+                st.overflow.cgroups += n;
+            }
+            lock.caller_cgroups.entry((sid, cg)).or_default().add(sums.0, sums.1, sums.2);
+            let row = st
+                .cgroups
+                .entry(cg)
+                .or_insert_with(|| Arc::new(CgroupAgg { wait: Stats::new(DETAIL_SIGFIG), touched: self.tick }));
+            let row = Arc::make_mut(row);
+            row.touched = self.tick;
+            add(&mut row.wait);
         }
 
         let (tid, task_overflow) = capped(&st.tasks, tid, self.limits.max_tasks, OVERFLOW_TID);
@@ -259,7 +298,7 @@ impl Aggregator {
         let Some(idle) = self.limits.max_idle else { return };
         let Some(oldest) = self.tick.checked_sub(idle) else { return };
         let st = &mut self.state;
-        let before = (st.locks.len(), st.tasks.len());
+        let before = (st.locks.len(), st.tasks.len(), st.cgroups.len());
         let mut callers = 0;
         st.locks.retain(|_, l| {
             let keep = l.touched >= oldest;
@@ -269,6 +308,7 @@ impl Aggregator {
             keep
         });
         st.tasks.retain(|_, t| t.touched >= oldest);
+        st.cgroups.retain(|_, c| c.touched >= oldest);
         let mut aged_callers = 0;
         for l in st.locks.values_mut() {
             // Copy-on-write only the rows that have something to drop.
@@ -277,6 +317,9 @@ impl Aggregator {
             }
             let l = Arc::make_mut(l);
             let stale: Vec<StackId> = l.caller_touched.iter().filter(|(_, t)| **t < oldest).map(|(s, _)| *s).collect();
+            if !stale.is_empty() {
+                l.caller_cgroups.retain(|(sid, _), _| l.caller_touched.get(sid).is_none_or(|&t| t >= oldest));
+            }
             for sid in stale {
                 l.caller_touched.remove(&sid);
                 l.hold_callers.remove(&sid);
@@ -290,6 +333,15 @@ impl Aggregator {
         self.callers = self.callers.saturating_sub(callers);
         st.overflow.aged_locks += (before.0 - st.locks.len()) as u64;
         st.overflow.aged_tasks += (before.1 - st.tasks.len()) as u64;
+        st.overflow.aged_cgroups += (before.2 - st.cgroups.len()) as u64;
+        if aged_callers > 0 {
+            // Forget joined ids no caller row uses any more.
+            let used: rustc_hash::FxHashSet<StackId> =
+                st.locks.values().flat_map(|l| l.callers.keys().chain(l.hold_callers.keys()).copied()).collect();
+            if st.joined.keys().any(|id| !used.contains(id)) {
+                Arc::make_mut(&mut st.joined).retain(|id, _| used.contains(id));
+            }
+        }
     }
 
     /// Records what the kernel side reported.

@@ -25,6 +25,8 @@ pub struct Limits {
     pub max_callers: usize,
     /// Distinct threads.
     pub max_tasks: usize,
+    /// Distinct cgroups.
+    pub max_cgroups: usize,
     /// Drop lock and task rows not updated for this many publish intervals
     /// (a daemon's tables then follow the live locks and threads instead of
     /// filling up with exited ones); None: keep every row.
@@ -33,7 +35,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000, max_idle: None }
+        Limits { max_locks: 10_000, max_callers: 50_000, max_tasks: 10_000, max_cgroups: 1_000, max_idle: None }
     }
 }
 
@@ -50,6 +52,8 @@ pub struct LockAgg {
     pub hold_callers: FxHashMap<StackId, Arc<Stats>>,
     /// Waits charged to the owner that made them wait.
     pub blame: FxHashMap<BlameKey, BlameAgg>,
+    /// Waits per (caller stack id, cgroup id), when cgroups are recorded.
+    pub caller_cgroups: FxHashMap<(StackId, u64), CgroupSums>,
     /// Publish interval of the last update (for ageing).
     pub touched: u64,
     /// Publish interval of each caller slot's last update (only with
@@ -87,6 +91,38 @@ pub struct BlameAgg {
     pub max_ns: u64,
 }
 
+/// The cgroup id of the row that absorbs cgroups beyond the key limit.
+pub const CGROUP_OVERFLOW: u64 = u64::MAX;
+
+/// Waits of one cgroup at one (lock, caller).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupSums {
+    /// Waits.
+    pub count: u64,
+    /// Their total.
+    pub wait_ns: u64,
+    /// The longest.
+    pub max_ns: u64,
+}
+
+impl CgroupSums {
+    /// Adds `count` waits totalling `wait_ns`, the longest `max_ns`.
+    pub fn add(&mut self, count: u64, wait_ns: u64, max_ns: u64) {
+        self.count += count;
+        self.wait_ns = self.wait_ns.saturating_add(wait_ns);
+        self.max_ns = self.max_ns.max(max_ns);
+    }
+}
+
+/// Statistics of one cgroup.
+#[derive(Clone, Debug)]
+pub struct CgroupAgg {
+    /// Waits of its tasks over all locks.
+    pub wait: Stats,
+    /// Publish interval of the last update (for ageing).
+    pub touched: u64,
+}
+
 /// Statistics of one thread.
 #[derive(Clone, Debug)]
 pub struct TaskAgg {
@@ -109,12 +145,16 @@ pub struct Overflow {
     pub callers: u64,
     /// Events whose thread did not fit.
     pub tasks: u64,
+    /// Events whose cgroup did not fit.
+    pub cgroups: u64,
     /// Lock rows dropped after `Limits::max_idle` intervals without waits.
     pub aged_locks: u64,
     /// Task rows dropped after `Limits::max_idle` intervals without waits.
     pub aged_tasks: u64,
     /// (lock, stack) slots dropped after `Limits::max_idle` intervals without waits.
     pub aged_callers: u64,
+    /// cgroup rows dropped after `Limits::max_idle` intervals without waits.
+    pub aged_cgroups: u64,
 }
 
 /// A yielding thread and the task it yielded to.
@@ -186,6 +226,10 @@ pub struct Snapshot {
     pub locks: FxHashMap<LockKey, Arc<LockAgg>>,
     /// Per-thread statistics.
     pub tasks: FxHashMap<u32, Arc<TaskAgg>>,
+    /// Per-cgroup statistics (when cgroups are recorded).
+    pub cgroups: FxHashMap<u64, Arc<CgroupAgg>>,
+    /// Caller ids that join a user stack to a kernel stack: (kernel, user).
+    pub joined: Arc<FxHashMap<StackId, (StackId, StackId)>>,
     /// Key-limit overflow counts.
     pub overflow: Overflow,
     /// Events ingested.

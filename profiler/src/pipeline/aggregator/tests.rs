@@ -21,6 +21,8 @@ pub(crate) fn ev(addr: u64, flags: u32, wait_ns: u64, tid: u32, stack_id: profil
         cpu: 0,
         _pad: 0,
         stack_id,
+        user_stack_id: profiler_common::USER_STACK_OFF,
+        cgroup_id: 0,
         kind: EVENT_CONTENTION,
         comm,
         owner: profiler_common::Owner::default(),
@@ -93,7 +95,16 @@ fn aggregates_and_events_fold_into_the_same_rows() {
         v.hist[hist_bucket(w)] += 1;
     }
     v.comm[..4].copy_from_slice(b"aggr");
-    let key = AggKey { lock_addr: 0x100, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 3, _pad: 0 };
+    let key = AggKey {
+        lock_addr: 0x100,
+        tid: 7,
+        tgid: 0,
+        flags: lcb::MUTEX,
+        stack_id: 3,
+        user_stack_id: profiler_common::USER_STACK_OFF,
+        cgroup_id: 0,
+        _pad: 0,
+    };
     a.ingest_agg(&key, &v);
     let s = a.snapshot();
     assert_eq!(s.events, 4);
@@ -133,7 +144,16 @@ fn holds_attach_to_the_lock_and_acquirer_stack() {
     let mut early = ev(0x999, lcb::MUTEX, 10, 7, 4);
     early.kind = EVENT_HOLD;
     a.apply(&Record::Hold(early));
-    let key = AggKey { lock_addr: 0x999, tid: 7, tgid: 0, flags: lcb::MUTEX, stack_id: 4, _pad: 0 };
+    let key = AggKey {
+        lock_addr: 0x999,
+        tid: 7,
+        tgid: 0,
+        flags: lcb::MUTEX,
+        stack_id: 4,
+        user_stack_id: profiler_common::USER_STACK_OFF,
+        cgroup_id: 0,
+        _pad: 0,
+    };
     let mut v = AggVal { count: 1, total_ns: 500, min_ns: 500, max_ns: 500, ..AggVal::default() };
     v.hist[profiler_common::hist_bucket(500)] = 1;
     a.ingest_agg(&key, &v);
@@ -153,7 +173,16 @@ fn holds_attach_to_the_lock_and_acquirer_stack() {
 #[test]
 fn in_kernel_hold_aggregates_land_in_hold_statistics_not_waits() {
     let mut a = Aggregator::new(Limits::default());
-    let wait_key = AggKey { lock_addr: 0x500, tid: 9, tgid: 9, flags: lcb::MUTEX | lcb::SPIN, stack_id: 2, _pad: 0 };
+    let wait_key = AggKey {
+        lock_addr: 0x500,
+        tid: 9,
+        tgid: 9,
+        flags: lcb::MUTEX | lcb::SPIN,
+        stack_id: 2,
+        user_stack_id: profiler_common::USER_STACK_OFF,
+        cgroup_id: 0,
+        _pad: 0,
+    };
     let mut w = AggVal { count: 3, total_ns: 300, min_ns: 100, max_ns: 100, ..AggVal::default() };
     w.hist[profiler_common::hist_bucket(100)] = 3;
     a.ingest_agg(&wait_key, &w);
@@ -284,7 +313,16 @@ fn blame_from_streams_and_aggregates_sums_per_owner() {
     a.ingest(&readers);
     a.ingest(&ev(0x700, lcb::MUTEX, 250, 2, 3)); // owner unknown
     // An in-kernel blame aggregate of the same owner and stack.
-    let key = AggKey { lock_addr: 0x700, tid: 42, tgid: 100, flags: lcb::MUTEX | AGG_BLAME, stack_id: 9, _pad: 0 };
+    let key = AggKey {
+        lock_addr: 0x700,
+        tid: 42,
+        tgid: 100,
+        flags: lcb::MUTEX | AGG_BLAME,
+        stack_id: 9,
+        user_stack_id: profiler_common::USER_STACK_OFF,
+        cgroup_id: 0,
+        _pad: 0,
+    };
     let v = AggVal { count: 2, total_ns: 6_000, min_ns: 2_000, max_ns: 4_000, ..AggVal::default() };
     a.ingest_agg(&key, &v);
     let s = a.snapshot();
@@ -348,4 +386,84 @@ fn idle_callers_of_a_busy_lock_age_out() {
     assert_eq!(lock.wait.count(), 4, "the lock's own statistics keep every wait");
     assert_eq!(s.overflow.aged_callers, 1);
     assert_eq!(a.callers(), 1);
+}
+
+/// A wait of thread `tid` in cgroup `cgroup`, with user stack `user`.
+fn ev_in(addr: u64, wait_ns: u64, tid: u32, stack_id: u64, user: u64, cgroup: u64) -> ContentionEvent {
+    ContentionEvent { user_stack_id: user, cgroup_id: cgroup, ..ev(addr, lcb::MUTEX, wait_ns, tid, stack_id) }
+}
+
+#[test]
+fn cgroups_split_each_caller_and_sum_to_the_lock() {
+    use profiler_common::USER_STACK_OFF;
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev_in(0x100, 1_000, 1, 7, USER_STACK_OFF, 50));
+    a.ingest(&ev_in(0x100, 3_000, 2, 7, USER_STACK_OFF, 60));
+    a.ingest(&ev_in(0x100, 5_000, 2, 7, USER_STACK_OFF, 60));
+    // From the aggregate maps: two waits of cgroup 50.
+    let key = AggKey {
+        lock_addr: 0x100,
+        tid: 1,
+        tgid: 0,
+        flags: lcb::MUTEX,
+        stack_id: 7,
+        user_stack_id: USER_STACK_OFF,
+        cgroup_id: 50,
+        _pad: 0,
+    };
+    let v = AggVal { count: 2, total_ns: 400, min_ns: 100, max_ns: 300, ..AggVal::default() };
+    a.ingest_agg(&key, &v);
+    let s = a.snapshot();
+    let lock = &s.locks[&LockKey::new(0x100, lcb::MUTEX)];
+    assert_eq!(lock.caller_cgroups[&(7, 50)], CgroupSums { count: 3, wait_ns: 1_400, max_ns: 1_000 });
+    assert_eq!(lock.caller_cgroups[&(7, 60)], CgroupSums { count: 2, wait_ns: 8_000, max_ns: 5_000 });
+    let (n, ns) = lock.caller_cgroups.values().fold((0, 0), |(n, ns), c| (n + c.count, ns + c.wait_ns));
+    assert_eq!((n, ns), (lock.wait.count(), lock.wait.total_ns()));
+    assert_eq!((s.cgroups[&50].wait.count(), s.cgroups[&60].wait.total_ns()), (3, 8_000));
+    // cgroup 0 (not recorded) makes no cgroup row.
+    a.ingest(&ev(0x100, lcb::MUTEX, 10, 3, 7));
+    assert_eq!(a.state().cgroups.len(), 2);
+}
+
+#[test]
+fn cgroups_past_the_cap_fold_into_one_row() {
+    use profiler_common::USER_STACK_OFF;
+    let mut a = Aggregator::new(Limits { max_cgroups: 2, ..Limits::default() });
+    for cg in 1..=5u64 {
+        a.ingest(&ev_in(0x100, 100, 1, 7, USER_STACK_OFF, cg));
+    }
+    let s = a.snapshot();
+    assert_eq!(s.cgroups.len(), 3, "two cgroups and the overflow row");
+    assert_eq!(s.cgroups[&CGROUP_OVERFLOW].wait.count(), 3);
+    assert_eq!(s.overflow.cgroups, 3);
+}
+
+#[test]
+fn a_user_stack_joins_its_kernel_stack_in_one_caller_id() {
+    use profiler_common::{USER_STACK_NONE, USER_STACK_OFF, is_stack};
+    let mut a = Aggregator::new(Limits { max_idle: Some(1), ..Limits::default() });
+    a.ingest(&ev_in(0x100, 100, 1, 7, 0xabc, 0));
+    a.ingest(&ev_in(0x100, 200, 1, 7, 0xdef, 0));
+    a.ingest(&ev_in(0x100, 300, 1, 7, USER_STACK_OFF, 0));
+    a.ingest(&ev_in(0x100, 400, 1, 7, USER_STACK_NONE, 0));
+    let mut hold = ev_in(0x100, 50, 1, 7, 0xabc, 0);
+    hold.kind = profiler_common::EVENT_HOLD;
+    a.apply(&Record::Hold(hold));
+    let s = a.snapshot();
+    let lock = &s.locks[&LockKey::new(0x100, lcb::MUTEX)];
+    assert_eq!(lock.callers.len(), 3, "two joined callers and the kernel-only one");
+    assert_eq!(lock.callers[&7].total_ns(), 700, "without a user stack the caller is the kernel stack");
+    assert_eq!(s.joined.len(), 2);
+    for (id, (k, u)) in s.joined.iter() {
+        assert!(is_stack(*id) && *k == 7 && [0xabc, 0xdef].contains(u));
+        assert!(lock.callers.contains_key(id));
+    }
+    let abc = s.joined.iter().find(|(_, p)| p.1 == 0xabc).map(|(id, _)| *id).expect("joined");
+    assert_eq!(lock.hold_callers[&abc].total_ns(), 50, "a hold joins the same caller as its wait");
+    // Once those callers age out, so do their joined ids.
+    for _ in 0..3 {
+        a.ingest(&ev_in(0x100, 1, 1, 7, USER_STACK_OFF, 0));
+        a.age();
+    }
+    assert!(a.state().joined.is_empty(), "{:?}", a.state().joined);
 }

@@ -25,7 +25,7 @@ fn sum(text: &str, name: &str) -> f64 {
 
 #[test]
 fn counters_follow_the_profiles_and_histograms_are_consistent() {
-    let mut e = Exporter::new(10);
+    let mut e = Exporter::new(10, 10);
     e.update(&profile(&[(0x100, &[("pipe_write", &[1_000, 3_000])])]));
     e.update(&profile(&[(0x100, &[("pipe_write", &[1_000, 3_000, 2_000_000])])]));
     let t = text(&e);
@@ -48,7 +48,7 @@ fn counters_follow_the_profiles_and_histograms_are_consistent() {
 
 #[test]
 fn locks_beyond_max_series_fold_into_other_with_exact_totals() {
-    let mut e = Exporter::new(2);
+    let mut e = Exporter::new(2, 10);
     let hot: &[(&str, &[u64])] = &[("a", &[9_000, 9_000])];
     let warm: &[(&str, &[u64])] = &[("b", &[5_000])];
     let cold: &[(&str, &[u64])] = &[("c", &[100])];
@@ -67,7 +67,7 @@ fn locks_beyond_max_series_fold_into_other_with_exact_totals() {
 
 #[test]
 fn a_lock_that_becomes_hot_takes_over_a_series_and_counters_never_go_down() {
-    let mut e = Exporter::new(1);
+    let mut e = Exporter::new(1, 10);
     let mut a = vec![9_000u64];
     let mut b = vec![10u64];
     let mut last = (0.0, 0.0);
@@ -97,7 +97,7 @@ fn a_lock_that_becomes_hot_takes_over_a_series_and_counters_never_go_down() {
 
 #[test]
 fn aged_locks_lose_their_series_and_come_back_from_zero() {
-    let mut e = Exporter::new(5);
+    let mut e = Exporter::new(5, 10);
     e.update(&profile(&[(0x1, &[("a", &[1_000, 1_000])])]));
     e.update(&profile(&[]));
     assert_eq!(e.series_count(), 0);
@@ -110,7 +110,7 @@ fn aged_locks_lose_their_series_and_come_back_from_zero() {
 fn label_values_are_escaped() {
     let mut p = profile(&[(0x1, &[("a", &[1_000])])]);
     p.locks[0].name = Some("we\"ird\\name\nx".into());
-    let mut e = Exporter::new(5);
+    let mut e = Exporter::new(5, 10);
     e.update(&p);
     let t = text(&e);
     assert!(t.contains(r#"lock="we\"ird\\name\nx""#), "{t}");

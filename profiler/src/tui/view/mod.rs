@@ -3,6 +3,7 @@
 //! dropped) and turns its rows into cells; this module draws them.
 
 mod callers;
+mod cgroups;
 mod locks;
 mod tasks;
 mod yields;
@@ -72,6 +73,7 @@ pub(super) fn render(app: &App, area: Rect, buf: &mut Buffer) {
         View::Locks => locks::render(app, area, buf),
         View::Callers => callers::render(app, area, buf),
         View::Tasks => tasks::render(app, area, buf),
+        View::Cgroups => cgroups::render(app, area, buf),
         View::Yield => yields::render(app, area, buf),
     }
 }
@@ -113,7 +115,7 @@ fn no_lock_rows(app: &App) -> String {
 }
 
 /// The filters hide every row.
-const NO_MATCH: &str = "no rows match the filters";
+pub(super) const NO_MATCH: &str = "no rows match the filters";
 
 /// Total hold time, or `-` where holds are not measured.
 fn hold_cell(h: Option<&Stats>) -> String {
