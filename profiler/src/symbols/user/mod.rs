@@ -14,6 +14,7 @@ mod pin;
 mod symbolize;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 use std::sync::Arc;
 
@@ -29,8 +30,8 @@ pub struct UserStackCounters {
     pub pinned: u64,
     /// Stacks whose process was gone (or unreadable) before pinning: raw ips.
     pub unpinned: u64,
-    /// Pinned stacks that are truncated (one frame, or the outermost frame
-    /// outside any mapped binary).
+    /// Stacks that are truncated (one frame, or the outermost frame outside
+    /// any mapped binary), pinned or not.
     pub truncated: u64,
     /// Binaries opened and held (each once, however many processes map it).
     pub binaries_opened: u64,
@@ -54,27 +55,28 @@ pub trait UserSymbolizer {
     fn counters(&self) -> UserStackCounters;
 }
 
-/// The blazesym implementation. Not `Send` (blazesym's symbolizer keeps `Rc`
-/// caches): create it on the thread that uses it.
+/// Why the symbolizer could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum UserSymbolsError {
+    #[error("cannot start the user-stack symbolizer thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// The blazesym implementation: pins on the caller's thread, symbolizes on
+/// a thread of its own (see `worker`), so it is `Send`.
 pub struct BlazeSymbolizer {
     pinner: pin::Pinner,
-    symbolizer: symbolize::FrameSymbolizer,
+    worker: worker::Worker,
     counters: Counters,
 }
 
 impl BlazeSymbolizer {
-    pub fn new() -> Self {
-        Self {
+    pub fn new() -> Result<Self, UserSymbolsError> {
+        Ok(Self {
             pinner: pin::Pinner::new(),
-            symbolizer: symbolize::FrameSymbolizer::new(),
+            worker: worker::Worker::spawn().map_err(UserSymbolsError::Thread)?,
             counters: Counters::default(),
-        }
-    }
-}
-
-impl Default for BlazeSymbolizer {
-    fn default() -> Self {
-        Self::new()
+        })
     }
 }
 
@@ -84,10 +86,25 @@ impl UserSymbolizer for BlazeSymbolizer {
     }
 
     fn symbolize(&mut self, pinned: &PinnedStack) -> Arc<UserStack> {
-        Arc::new(self.symbolizer.symbolize(pinned, &mut self.counters))
+        if let Some(reply) = self.worker.symbolize(pinned) {
+            self.counters.symbolize_failures += reply.failures;
+            return Arc::new(reply.stack);
+        }
+        // The symbolizer thread is gone: keep every frame as pinned.
+        let frames: Vec<UserFrame> = pinned.frames().iter().map(symbolize::unsymbolized).collect();
+        self.counters.symbolize_failures += frames.iter().filter(|frame| frame.function.is_none()).count() as u64;
+        Arc::new(UserStack { frames, truncated: pinned.truncated() })
     }
 
     fn counters(&self) -> UserStackCounters {
         self.counters
     }
 }
+
+// The pipeline keeps these in tokio tasks, which move between threads.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<BlazeSymbolizer>();
+    send::<PinnedStack>();
+    send::<UserStack>();
+};

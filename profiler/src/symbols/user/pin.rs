@@ -284,8 +284,10 @@ enum Meta {
 }
 
 fn unpinned(pid: u32, ips: &[u64], counters: &mut Counters) -> PinnedStack {
+    let stack = PinnedStack::unpinned(pid, ips);
     counters.unpinned += 1;
-    PinnedStack::unpinned(pid, ips)
+    counters.truncated += u64::from(stack.truncated());
+    stack
 }
 
 /// The GNU build id note of an open ELF file, in hex.

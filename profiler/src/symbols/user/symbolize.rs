@@ -53,12 +53,9 @@ impl FrameSymbolizer {
             .frames()
             .iter()
             .enumerate()
-            .map(|(depth, frame)| match frame {
-                PinnedFrame::Unpinned(addr) => UserFrame::unpinned(*addr),
-                PinnedFrame::Unmapped(addr) => UserFrame::unmapped(*addr),
-                PinnedFrame::Resolved(frame) => (**frame).clone(),
-                PinnedFrame::Binary { addr, file_offset, binary } => {
-                    let mut frame = binary.frame(*addr, *file_offset);
+            .map(|(depth, pinned_frame)| {
+                let mut frame = unsymbolized(pinned_frame);
+                if let PinnedFrame::Binary { file_offset, binary, .. } = pinned_frame {
                     // Outer frames hold return addresses: look up the call
                     // instruction (ip - 1) so a call ending a function or a
                     // line is attributed to it; the offset shown stays the
@@ -70,8 +67,8 @@ impl FrameSymbolizer {
                         frame.file = symbol.file;
                         frame.line = symbol.line;
                     }
-                    frame
                 }
+                frame
             })
             .collect();
         UserStack { frames, truncated: pinned.truncated() }
@@ -121,5 +118,15 @@ impl FrameSymbolizer {
             }
             alive
         });
+    }
+}
+
+/// A pinned frame as a frame, before (or without) symbolization.
+pub(super) fn unsymbolized(frame: &PinnedFrame) -> UserFrame {
+    match frame {
+        PinnedFrame::Unpinned(addr) => UserFrame::unpinned(*addr),
+        PinnedFrame::Unmapped(addr) => UserFrame::unmapped(*addr),
+        PinnedFrame::Resolved(frame) => (**frame).clone(),
+        PinnedFrame::Binary { addr, file_offset, binary } => binary.frame(*addr, *file_offset),
     }
 }

@@ -71,7 +71,7 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn symbolizes_a_function_of_this_process() {
-    let mut symbolizer = BlazeSymbolizer::new();
+    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
     let pinned = symbolizer.pin(std::process::id(), &[probe_addr()]);
     assert!(pinned.is_pinned());
     let stack = symbolizer.symbolize(&pinned);
@@ -98,7 +98,7 @@ fn symbolizes_a_function_of_this_process() {
 
 #[test]
 fn outer_frames_are_looked_up_at_the_call_before_the_return_address() {
-    let mut symbolizer = BlazeSymbolizer::new();
+    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
     let is_probe =
         |frame: &UserFrame| frame.function.as_deref().unwrap_or_default().contains("lockprof_usym_probe_target");
     // probe+1 as a caller frame is a return address after a call at the
@@ -118,7 +118,7 @@ fn outer_frames_are_looked_up_at_the_call_before_the_return_address() {
 
 #[test]
 fn exited_process_still_symbolizes_and_shares_the_binary() {
-    let mut symbolizer = BlazeSymbolizer::new();
+    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
     // This process's file offset of the probe: the child runs the same binary.
     let own = symbolizer.pin(std::process::id(), &[probe_addr()]);
     let own = symbolizer.symbolize(&own);
@@ -160,7 +160,7 @@ fn exited_process_still_symbolizes_and_shares_the_binary() {
 
 #[test]
 fn a_missing_process_keeps_raw_ips() {
-    let mut symbolizer = BlazeSymbolizer::new();
+    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
     let ips = [0x7f00_dead_b000, 0x5555_0000_1234];
     let pinned = symbolizer.pin(PID_MAX_LIMIT + 1, &ips);
     assert!(!pinned.is_pinned());
@@ -175,7 +175,7 @@ fn a_missing_process_keeps_raw_ips() {
 
 #[test]
 fn an_unmapped_outermost_ip_is_unknown_and_truncates() {
-    let mut symbolizer = BlazeSymbolizer::new();
+    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
     // Page zero is never mapped.
     let pinned = symbolizer.pin(std::process::id(), &[probe_addr(), 0x10]);
     let stack = symbolizer.symbolize(&pinned);
@@ -201,7 +201,7 @@ fn an_unsymbolizable_frame_keeps_module_and_build_id_and_is_looked_up_once() {
     });
     let frames = vec![pin::PinnedFrame::Binary { addr: 0x7f00_0010_e7d9, file_offset: 0x10e7d9, binary }];
     let pinned = PinnedStack::new(1, true, true, frames);
-    let mut symbolizer = BlazeSymbolizer::new();
+    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
     for _ in 0..2 {
         let stack = symbolizer.symbolize(&pinned);
         assert_eq!(stack.frames[0].text(), "libdamaged.so+0x10e7d9 [build-id 5a1f3c9e]");
