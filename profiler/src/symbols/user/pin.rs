@@ -10,10 +10,12 @@
 //! open, on a hit) and by build id, so a fork storm of one binary opens it
 //! once and processes of one binary share one descriptor.
 //!
-//! `/proc/<pid>/maps` is read on every pin, not cached: a pid can be reused
-//! and a live process can map new code (dlopen), and the stacks arrive in
-//! batches within ~50 ms of capture, so one read per stack is the price of
-//! never attributing an ip to the wrong mapping.
+//! Mappings are looked up on every pin, never cached: a pid can be reused and
+//! a live process can map new code (dlopen), so a cache could attribute an
+//! ip to the wrong mapping. Where the kernel has the `PROCMAP_QUERY` ioctl
+//! (6.11+) blazesym asks it for just the mappings the ips fall in, so a pin
+//! costs a few ioctls whatever the size of the process's map; elsewhere it
+//! parses `/proc/<pid>/maps`.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -167,10 +169,17 @@ struct Binaries {
 
 impl Pinner {
     pub(super) fn new() -> Self {
+        let procmap_query = blazesym::helper::is_procmap_query_supported().unwrap_or(false);
+        Self::with_procmap_query(procmap_query)
+    }
+
+    /// `procmap_query`: look mappings up with the `PROCMAP_QUERY` ioctl
+    /// rather than by parsing `/proc/<pid>/maps`.
+    pub(super) fn with_procmap_query(procmap_query: bool) -> Self {
         Self {
             // Build ids are read here from the descriptor kept open, once per
             // binary, not by the normalizer on every stack.
-            normalizer: Normalizer::builder().enable_build_ids(false).build(),
+            normalizer: Normalizer::builder().enable_procmap_query(procmap_query).enable_build_ids(false).build(),
             binaries: Binaries::default(),
         }
     }

@@ -210,3 +210,25 @@ fn an_unsymbolizable_frame_keeps_module_and_build_id_and_is_looked_up_once() {
     // The second stack came from the frame cache.
     assert_eq!(symbolizer.counters().symbolize_failures, 1);
 }
+
+#[test]
+fn maps_parsing_and_procmap_query_pin_alike() {
+    let ips = [probe_addr(), probe_addr() + 1, 0x10];
+    let supported = blazesym::helper::is_procmap_query_supported().expect("probe PROCMAP_QUERY");
+    if !supported {
+        eprintln!("this kernel lacks the PROCMAP_QUERY ioctl (6.11+): only /proc/<pid>/maps parsing is checked");
+    }
+    let mut texts = Vec::new();
+    for procmap_query in [false].into_iter().chain(supported.then_some(true)) {
+        let mut pinner = pin::Pinner::with_procmap_query(procmap_query);
+        let mut counters = Counters::default();
+        let pinned = pinner.pin(std::process::id(), &ips, &mut counters);
+        let stack = symbolize::FrameSymbolizer::new().symbolize(&pinned, &mut counters);
+        let text: Vec<String> = stack.frames.iter().map(UserFrame::text).collect();
+        assert!(text[0].contains("lockprof_usym_probe_target"), "{text:?}");
+        assert_eq!(text[2], "[unknown] 0x10");
+        assert_eq!((counters.pinned, counters.binaries_opened), (1, 1));
+        texts.push(text);
+    }
+    assert!(texts.windows(2).all(|pair| pair[0] == pair[1]), "{texts:?}");
+}
