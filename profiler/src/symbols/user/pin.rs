@@ -39,18 +39,33 @@ const MAX_CACHED_BINARIES: usize = 512;
 /// symbolization after its process is gone.
 #[derive(Debug)]
 pub(super) struct Binary {
-    /// Unique for the life of the cache, never reused: keys the frame cache.
+    /// Names the contents, never reused: keys the frame cache. Copies of
+    /// one binary (same build id) under other paths share it, and the file.
     pub(super) id: u64,
     pub(super) path: Arc<str>,
     pub(super) module: Arc<str>,
     pub(super) build_id: Option<Arc<str>>,
-    pub(super) file: Option<File>,
+    pub(super) file: Option<Arc<File>>,
 }
 
 impl Binary {
     /// A path that reaches the open file from this process, deleted or not.
     pub(super) fn fd_path(&self) -> Option<PathBuf> {
         self.file.as_ref().map(|file| PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
+    }
+
+    /// This binary as mapped at `path` (the same one if it is its path).
+    fn at(self: &Arc<Self>, path: &str) -> Arc<Self> {
+        if &*self.path == path {
+            return Arc::clone(self);
+        }
+        Arc::new(Self {
+            id: self.id,
+            path: Arc::from(path),
+            module: basename(path),
+            build_id: self.build_id.clone(),
+            file: self.file.clone(),
+        })
     }
 
     /// The frame for an ip in this binary, before symbolization.
@@ -241,10 +256,10 @@ impl Binaries {
             .find_map(|candidate| fs::metadata(candidate).ok())
             .and_then(|meta| self.by_file.get(&FileKey::from(&meta)));
         if let Some(binary) = cached {
-            return Arc::clone(binary);
+            return binary.at(path);
         }
 
-        let module: Arc<str> = Arc::from(path.rsplit('/').next().unwrap_or(path));
+        let module = basename(path);
         let Some(file) = candidates.iter().find_map(|candidate| File::open(candidate).ok()) else {
             counters.binaries_unavailable += 1;
             return Arc::new(Binary { id: self.next_id(), path: Arc::from(path), module, build_id: None, file: None });
@@ -252,7 +267,9 @@ impl Binaries {
         let key = file.metadata().ok().map(|meta| FileKey::from(&meta));
         let build_id = read_build_id(&file);
         if let Some(binary) = build_id.as_ref().and_then(|id| self.by_build_id.get(id)) {
-            let binary = Arc::clone(binary);
+            // A copy of a binary already held: its descriptor serves, the
+            // path stays this process's.
+            let binary = binary.at(path);
             if let Some(key) = key {
                 self.by_file.insert(key, Arc::clone(&binary));
             }
@@ -269,7 +286,7 @@ impl Binaries {
             path: Arc::from(path),
             module,
             build_id: build_id.clone(),
-            file: Some(file),
+            file: Some(Arc::new(file)),
         });
         if let Some(key) = key {
             self.by_file.insert(key, Arc::clone(&binary));
@@ -297,6 +314,10 @@ fn unpinned(pid: u32, ips: &[u64], counters: &mut Counters) -> PinnedStack {
     counters.unpinned += 1;
     counters.truncated += u64::from(stack.truncated());
     stack
+}
+
+fn basename(path: &str) -> Arc<str> {
+    Arc::from(path.rsplit('/').next().unwrap_or(path))
 }
 
 /// The GNU build id note of an open ELF file, in hex.

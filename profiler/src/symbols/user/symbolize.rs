@@ -2,6 +2,7 @@
 //! when present, demangled names, each (binary, file offset) looked up once.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
@@ -31,8 +32,8 @@ pub(super) struct FrameSymbolizer {
     /// (binary id, looked-up file offset) -> symbol, `None` when not found.
     frames: HashMap<(u64, u64), Option<Symbol>>,
     /// Binaries blazesym has opened (by their `/proc/self/fd` path), so its
-    /// cached copy is released once the binary is dropped.
-    sources: HashMap<u64, (Weak<Binary>, PathBuf)>,
+    /// cached copy is released once the file is closed.
+    sources: HashMap<u64, (Weak<File>, PathBuf)>,
 }
 
 impl FrameSymbolizer {
@@ -74,12 +75,13 @@ impl FrameSymbolizer {
         UserStack { frames, truncated: pinned.truncated() }
     }
 
-    fn lookup(&mut self, binary: &Arc<Binary>, file_offset: u64, counters: &mut Counters) -> Option<Symbol> {
+    fn lookup(&mut self, binary: &Binary, file_offset: u64, counters: &mut Counters) -> Option<Symbol> {
         if let Some(symbol) = self.frames.get(&(binary.id, file_offset)) {
             return symbol.clone();
         }
         // A binary that could not be opened has no symbols to find: its
         // frames keep module+offset, counted as binaries_unavailable.
+        let file = binary.file.as_ref()?;
         let path = binary.fd_path()?;
         if self.frames.len() >= MAX_CACHED_FRAMES {
             self.frames.clear();
@@ -88,7 +90,7 @@ impl FrameSymbolizer {
             // A new binary is rare next to lookups: a good time to let go of
             // the ones dropped since.
             self.release_dropped_binaries();
-            self.sources.insert(binary.id, (Arc::downgrade(binary), path.clone()));
+            self.sources.insert(binary.id, (Arc::downgrade(file), path.clone()));
         }
         let source = Source::Elf(Elf::new(path));
         let symbol = match self.symbolizer.symbolize_single(&source, Input::FileOffset(file_offset)) {
@@ -105,12 +107,12 @@ impl FrameSymbolizer {
         symbol
     }
 
-    /// Evicts blazesym's cached copy of every binary nothing holds any more
-    /// (its descriptor is closed, and its number may be reused).
+    /// Evicts blazesym's cached copy of every binary whose file is closed
+    /// (its descriptor number may be reused).
     fn release_dropped_binaries(&mut self) {
         let symbolizer = &mut self.symbolizer;
-        self.sources.retain(|_, (binary, path)| {
-            let alive = binary.strong_count() > 0;
+        self.sources.retain(|_, (file, path)| {
+            let alive = file.strong_count() > 0;
             if !alive {
                 let evict = Evict::Elf(evict::Elf::new(path.clone()));
                 // Best effort: a failed eviction only keeps memory longer.

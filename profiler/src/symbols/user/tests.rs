@@ -158,6 +158,50 @@ fn exited_process_still_symbolizes_and_shares_the_binary() {
     assert_eq!((counters.pinned, counters.binaries_opened), (2, 1), "{counters:?}");
 }
 
+/// The first address of `path`'s executable mapping in `pid`, once it shows.
+fn text_start(pid: u32, path: &Path) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some((start, ..)) = mappings_of(pid, path).into_iter().find(|(.., perms)| perms.contains('x')) {
+            return start;
+        }
+        assert!(Instant::now() < deadline, "{} never showed in /proc/{pid}/maps", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_copy_of_a_held_binary_shares_its_descriptor_and_keeps_its_path() {
+    // As the kernel names it (/bin is often a link to /usr/bin).
+    let original = std::fs::canonicalize("/bin/sleep").expect("find /bin/sleep");
+    let original = original.as_path();
+    let dir = std::env::temp_dir().join(format!("lockprof-usym-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("make the directory");
+    let copy = dir.join("sleep-copy");
+    std::fs::copy(original, &copy).expect("copy /bin/sleep");
+    let spawn = |path: &Path| {
+        let child = Command::new(path).arg("120").spawn().expect("spawn sleep");
+        KillOnDrop(child)
+    };
+    let (first, second) = (spawn(original), spawn(&copy));
+    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut frames = Vec::new();
+    for (child, path) in [(&first, original), (&second, copy.as_path())] {
+        let pid = child.0.id();
+        let pinned = symbolizer.pin(pid, &[text_start(pid, path)]);
+        frames.push(symbolizer.symbolize(&pinned).frames[0].clone());
+    }
+    std::fs::remove_dir_all(&dir).expect("remove the directory");
+    let build_id = frames[0].build_id.as_deref().expect("/bin/sleep has a build id note");
+    assert_eq!(frames[1].build_id.as_deref(), Some(build_id));
+    assert_eq!(frames[1].file_offset, frames[0].file_offset);
+    // Each frame names the file its own process mapped.
+    assert_eq!(Path::new(&*frames[0].path), original, "{:?}", frames[0]);
+    assert_eq!(Path::new(&*frames[1].path), copy, "{:?}", frames[1]);
+    assert_eq!(&*frames[1].module, "sleep-copy");
+    assert_eq!(symbolizer.counters().binaries_opened, 1);
+}
+
 #[test]
 fn a_missing_process_keeps_raw_ips() {
     let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
@@ -197,7 +241,7 @@ fn an_unsymbolizable_frame_keeps_module_and_build_id_and_is_looked_up_once() {
         path: Arc::from("/opt/app/libdamaged.so"),
         module: Arc::from("libdamaged.so"),
         build_id: Some(Arc::from("5a1f3c9e0b1d2e3f")),
-        file: Some(file),
+        file: Some(Arc::new(file)),
     });
     let frames = vec![pin::PinnedFrame::Binary { addr: 0x7f00_0010_e7d9, file_offset: 0x10e7d9, binary }];
     let pinned = PinnedStack::new(1, true, true, frames);
