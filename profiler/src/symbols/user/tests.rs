@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-/// Set in the child that [`exited_process_still_symbolizes`] spawns.
+/// Set in the child that [`exited_process_still_symbolizes_and_shares_the_binary`] spawns.
 const CHILD_ENV: &str = "LOCKPROF_USYM_CHILD";
 /// The kernel's hard pid limit on 64-bit (PID_MAX_LIMIT): no process has a
 /// larger pid.
@@ -50,10 +50,10 @@ fn mappings_of(pid: u32, path: &Path) -> Vec<(u64, u64, u64, String)> {
         .collect()
 }
 
-/// Not a check: the process [`exited_process_still_symbolizes`] spawns and
+/// Not a check: the process [`exited_process_still_symbolizes_and_shares_the_binary`] spawns and
 /// kills. Without the variable set it returns at once.
 #[test]
-#[ignore = "helper process for exited_process_still_symbolizes"]
+#[ignore = "helper process for exited_process_still_symbolizes_and_shares_the_binary"]
 fn child_waits_to_be_killed() {
     if std::env::var_os(CHILD_ENV).is_some() {
         std::thread::sleep(Duration::from_secs(120));
