@@ -1,9 +1,11 @@
-//! Kernel symbols: kallsyms parsing, caller selection and lock naming.
+//! Kernel symbols: kallsyms parsing, caller selection and lock naming; `user`
+//! symbolizes user-space stacks.
 
 mod caller;
 mod kallsyms;
 mod naming;
 mod resolve;
+pub mod user;
 
 pub use caller::{frame_fn, is_lock_internal, rt_base, select_caller, yield_caller_index};
 pub use kallsyms::{Kallsyms, KallsymsError, Symbol};
