@@ -67,6 +67,12 @@ pub struct SessionArgs {
     /// Do not record the waiting task's cgroup (one helper call per wait).
     #[arg(long)]
     pub no_cgroups: bool,
+    /// Also record each waiter's user-space stack (frame-pointer walk, under the
+    /// same --stack-rate budget as kernel stacks), joined above its kernel stack
+    /// and symbolized with blazesym. Binaries built without frame pointers give
+    /// truncated stacks (counted as user_stack_truncated).
+    #[arg(long)]
+    pub user_stacks: bool,
     /// Only these lock types, comma separated: mutex, rwsem, rwlock, spinlock, rt-mutex, rwlock-rt, percpu-rwsem.
     #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',', value_parser = values::lock_type)]
     pub types: Vec<LockType>,

@@ -46,10 +46,14 @@ impl CgroupNames for NoCgroupNames {
 pub trait UserStacks: Send {
     /// Frames of user stack `id`, innermost first.
     fn frames(&mut self, id: StackId) -> Vec<String>;
-    /// Reads user stack `id` now if it is not yet (see `ProfileBuilder::prefetch`).
-    fn prefetch(&mut self, id: StackId);
+    /// Reads user stack `id` and its process's mappings now, if it is not
+    /// yet: as soon as the kernel announces it (the process may exit), and
+    /// for every stack a snapshot refers to (see `ProfileBuilder::prefetch`).
+    fn pin(&mut self, id: StackId);
     /// Forgets the stacks `keep` says no row uses.
     fn retain(&mut self, keep: &dyn Fn(StackId) -> bool);
+    /// (unpinned, evicted, truncated) user stacks so far.
+    fn counters(&self) -> (u64, u64, u64);
 }
 
 /// No user-stack symbolizer: user frames are shown by their id.
@@ -59,8 +63,11 @@ impl UserStacks for NoUserStacks {
     fn frames(&mut self, id: StackId) -> Vec<String> {
         vec![format!("[user stack {id:016x}]")]
     }
-    fn prefetch(&mut self, _: StackId) {}
+    fn pin(&mut self, _: StackId) {}
     fn retain(&mut self, _: &dyn Fn(StackId) -> bool) {}
+    fn counters(&self) -> (u64, u64, u64) {
+        (0, 0, 0)
+    }
 }
 
 /// The stacks behind caller ids: the kernel's resolver, the user stacks,
@@ -409,9 +416,14 @@ impl<S: StackSource> ProfileBuilder<S> {
         for (id, user) in stack_ids(snap) {
             self.resolver.prefetch(id);
             if let Some(user) = user {
-                self.user.prefetch(user);
+                self.user.pin(user);
             }
         }
+    }
+
+    /// Pins user stack `id` (just announced by the kernel).
+    pub fn pin_user_stack(&mut self, id: StackId) {
+        self.user.pin(id);
     }
 
     /// Resolves stacks and names locks, producing a profile sorted by total
@@ -496,6 +508,10 @@ impl<S: StackSource> ProfileBuilder<S> {
             self.user.retain(&|id| used.contains(&id));
         }
         let cgroups = self.cgroups(snap, &locks);
+        let (unpinned, evicted, truncated) = self.user.counters();
+        meta.drops.losses.user_stacks_unpinned = unpinned;
+        meta.drops.losses.user_stacks_evicted = evicted;
+        meta.drops.bookkeeping.user_stack_truncated = truncated;
         meta.drops.losses.stacks_evicted = self.resolver.evicted();
         meta.drops.bookkeeping.stacks_read = self.resolver.read();
         Profile { meta, locks, tasks, slowest, yield_to, cgroups }

@@ -11,6 +11,7 @@ use std::sync::{
 };
 
 use aya::maps::{MapData, RingBuf};
+use profiler_common::StackId;
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::mpsc,
@@ -31,11 +32,23 @@ pub struct ReaderStats {
     pub received: AtomicU64,
 }
 
-/// Moves every available record into `out`; counts them.
-pub fn drain(ring: &mut RingBuf<MapData>, out: &mut Vec<Record>, stats: &ReaderStats) {
+/// Where announcements of new user stacks go: to the symbolizer, which
+/// reads the process's mappings while it is alive. A full channel leaves
+/// the stack to be read at the next snapshot.
+pub type Pins = mpsc::Sender<StackId>;
+
+/// Moves every available record into `out` (new user stacks into `pins`);
+/// counts them.
+pub fn drain(ring: &mut RingBuf<MapData>, out: &mut Vec<Record>, stats: &ReaderStats, pins: Option<&Pins>) {
     let mut received = 0u64;
     while let Some(item) = ring.next() {
         match decode(&item) {
+            Ok(Record::UserStack(u)) => {
+                if let Some(p) = pins {
+                    let _ = p.try_send(u.id);
+                }
+                received += 1;
+            }
             Ok(r) => {
                 out.push(r);
                 received += 1;
@@ -63,7 +76,9 @@ pub async fn run(
     stop: CancellationToken,
     stats: Arc<ReaderStats>,
     poll: std::time::Duration,
+    pins: Option<Pins>,
 ) -> std::io::Result<RingBuf<MapData>> {
+    let pins = pins.as_ref();
     // SAFETY: the ring buffer owns its map fd, which stays open and unchanged
     // for as long as the AsyncFd owns the ring buffer.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
@@ -74,14 +89,14 @@ pub async fn run(
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            _ = tick.tick() => drain(afd.get_mut(), &mut batch, &stats),
+            _ = tick.tick() => drain(afd.get_mut(), &mut batch, &stats, pins),
             guard = afd.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &mut batch, &stats);
+                drain(guard.get_inner_mut(), &mut batch, &stats, pins);
                 guard.clear_ready();
                 // Records that landed between the drain and clear_ready have
                 // already signalled; pick them up now rather than at the next edge.
-                drain(guard.get_inner_mut(), &mut batch, &stats);
+                drain(guard.get_inner_mut(), &mut batch, &stats, pins);
             }
         }
         if !send(batch, &tx).await {
@@ -90,7 +105,7 @@ pub async fn run(
     }
     let mut ring = afd.into_inner();
     let mut batch = Vec::new();
-    drain(&mut ring, &mut batch, &stats);
+    drain(&mut ring, &mut batch, &stats, pins);
     send(batch, &tx).await;
     Ok(ring)
 }

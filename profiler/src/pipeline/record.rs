@@ -2,8 +2,8 @@
 //! its kind; the kind says which layout follows and how long it must be.
 
 use profiler_common::{
-    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_YIELD, YieldEvent,
-    record_size,
+    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_USER_STACK, EVENT_YIELD,
+    UserStackEvent, YieldEvent, record_size,
 };
 
 /// One record from the kernel.
@@ -18,6 +18,8 @@ pub enum Record {
     Hold(ContentionEvent),
     /// A `yield_to` call.
     Yield(YieldEvent),
+    /// A user stack the kernel stored for the first time.
+    UserStack(UserStackEvent),
 }
 
 /// Why a record could not be decoded.
@@ -64,6 +66,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, Malformed> {
         EVENT_OUTLIER => Record::Outlier(read_pod(bytes)),
         EVENT_HOLD => Record::Hold(read_pod(bytes)),
         EVENT_YIELD => Record::Yield(read_pod(bytes)),
+        EVENT_USER_STACK => Record::UserStack(read_pod(bytes)),
         other => return Err(Malformed::UnknownKind(other)),
     })
 }

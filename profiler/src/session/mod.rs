@@ -15,8 +15,11 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use profiler_common::{ContentionEvent, EVENT_CONTENTION, counter};
-use tokio::{sync::watch, task::JoinHandle};
+use profiler_common::{ContentionEvent, EVENT_CONTENTION, StackId, counter};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
 use tokio_util::sync::CancellationToken;
 
 pub use options::{CgroupOptions, Mode, SessionOptions, defaults};
@@ -31,8 +34,15 @@ use crate::{
         aggregator::{self, KernelStatus},
         reader::{self, ReaderStats},
     },
-    symbols::{Kallsyms, Resolver},
+    symbols::{
+        Kallsyms, Resolver,
+        user::{BlazeSymbolizer, UserResolver},
+    },
 };
+
+/// New user stacks announced but not yet pinned, at most (more wait for the
+/// next snapshot, and may be read after their process exited).
+const PIN_QUEUE: usize = 8192;
 
 /// Errors of a running session.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +53,9 @@ pub enum SessionError {
     /// The ring buffer could not be registered with the async reactor.
     #[error("ring buffer reader: {0}")]
     Reader(#[from] std::io::Error),
+    /// The user-stack symbolizer could not start (`--user-stacks`).
+    #[error(transparent)]
+    UserSymbols(#[from] crate::symbols::user::UserSymbolsError),
     /// A pipeline task panicked or was cancelled.
     #[error("pipeline task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -139,11 +152,20 @@ async fn feed_builder(
     publish: watch::Sender<Arc<Profile>>,
     meta: MetaSource,
     stop: CancellationToken,
+    mut pins: Option<mpsc::Receiver<StackId>>,
 ) -> Builder {
+    /// The next announced user stack (never, without user stacks).
+    async fn next_pin(pins: &mut Option<mpsc::Receiver<StackId>>) -> Option<StackId> {
+        match pins {
+            Some(p) => p.recv().await,
+            None => std::future::pending().await,
+        }
+    }
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
+            Some(id) = next_pin(&mut pins) => builder.pin_user_stack(id),
             changed = snaps.changed() => {
                 if changed.is_err() {
                     break;
@@ -179,6 +201,10 @@ impl Session {
         let mut builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
             .with_identities(Box::new(probes.take_identities()?))
             .with_task_names(task_comm);
+        if opts.load.config.user_stacks != 0 {
+            let resolver = UserResolver::new(probes.take_user_stacks()?, BlazeSymbolizer::new()?);
+            builder = builder.with_user_stacks(Box::new(resolver));
+        }
         let fs = opts.cgroups.as_ref().map(|c| c.fs.clone());
         let fs = if opts.load.config.cgroups != 0 { fs.or_else(|| CgroupFs::discover().ok()) } else { None };
         if let Some(fs) = fs {
@@ -243,8 +269,14 @@ impl Prepared {
         let aggregator = aggregator::spawn(Aggregator::new(opts.limits), opts.channel_batches, opts.publish_interval);
         let tx = aggregator.sender().ok_or_else(|| std::io::Error::other("aggregator closed"))?;
         let reader_stats = Arc::new(ReaderStats::default());
+        let (pins, pinned) = if opts.load.config.user_stacks != 0 {
+            let (tx, rx) = mpsc::channel(PIN_QUEUE);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let reader =
-            tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval));
+            tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval, pins));
         let housekeeper = tokio::spawn(hk.run(tx, stop.clone(), opts.publish_interval));
         let base = Meta {
             backend: probes.backend().name().to_string(),
@@ -268,6 +300,7 @@ impl Prepared {
             profiles.clone(),
             meta.clone(),
             stop.clone(),
+            pinned,
         ));
         Ok(Session { probes, meta, program_fds, stop, reader, housekeeper, aggregator, builder, profiles, logger })
     }

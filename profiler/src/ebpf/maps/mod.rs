@@ -12,7 +12,7 @@ pub use pending::PendingMaps;
 use aya::maps::{HashMap, MapData};
 use profiler_common::{StackId, StoredStack, StoredUserStack};
 
-use crate::symbols::StackSource;
+use crate::symbols::{StackSource, user::UserStackSource};
 
 /// The kernel stack map as a [`StackSource`].
 pub struct KernelStacks(pub(crate) HashMap<MapData, StackId, StoredStack>);
@@ -26,10 +26,8 @@ impl StackSource for KernelStacks {
 /// The kernel's user stack map (`--user-stacks`).
 pub struct KernelUserStacks(pub(crate) HashMap<MapData, StackId, StoredUserStack>);
 
-impl KernelUserStacks {
-    /// The process and frames (innermost first) of user stack `id`, if the
-    /// map still holds it.
-    pub fn get(&self, id: StackId) -> Option<(u32, Vec<u64>)> {
+impl UserStackSource for KernelUserStacks {
+    fn get(&self, id: StackId) -> Option<(u32, Vec<u64>)> {
         self.0.get(&id, 0).ok().map(|st| (st.tgid, st.frames().to_vec()))
     }
 }

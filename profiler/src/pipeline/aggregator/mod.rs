@@ -115,6 +115,8 @@ impl Aggregator {
             Record::Outlier(ev) => self.note_slow(ev),
             Record::Hold(ev) => self.ingest_hold(ev),
             Record::Yield(y) => self.ingest_yield(y),
+            // For the symbolizer (the reader hands these to it directly).
+            Record::UserStack(_) => {}
         }
     }
 

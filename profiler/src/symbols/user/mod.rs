@@ -11,6 +11,7 @@
 
 mod frame;
 mod pin;
+mod resolver;
 mod symbolize;
 #[cfg(test)]
 mod tests;
@@ -22,6 +23,7 @@ use serde::Serialize;
 
 pub use frame::{UNMAPPED_MODULE, UNPINNED_MODULE, UserFrame, UserStack, VDSO_MODULE};
 pub use pin::PinnedStack;
+pub use resolver::{USER_STACK_EVICTED, UserResolver, UserStackSource};
 
 /// What the user-stack symbolizer saw, for the counters lockprof shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

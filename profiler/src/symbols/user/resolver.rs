@@ -1,0 +1,91 @@
+//! User stacks by id for the profile builder: each pinned when it is first
+//! announced (or, failing that, first needed), symbolized when first shown,
+//! both kept for the session.
+
+use std::{collections::HashMap, sync::Arc};
+
+use profiler_common::StackId;
+
+use super::{PinnedStack, UserStack, UserSymbolizer};
+use crate::pipeline::UserStacks;
+
+/// Where user stacks come from: the kernel's map, or a fixture in tests.
+pub trait UserStackSource: Send {
+    /// The process and frames (innermost first) of user stack `id`, if known.
+    fn get(&self, id: StackId) -> Option<(u32, Vec<u64>)>;
+}
+
+impl UserStackSource for HashMap<StackId, (u32, Vec<u64>)> {
+    fn get(&self, id: StackId) -> Option<(u32, Vec<u64>)> {
+        HashMap::get(self, &id).cloned()
+    }
+}
+
+/// Pins and symbolizes user stacks by id.
+pub struct UserResolver<S, Y> {
+    source: S,
+    symbolizer: Y,
+    pinned: HashMap<StackId, PinnedStack>,
+    symbolized: HashMap<StackId, Arc<UserStack>>,
+    /// Ids the map no longer held when they were first needed.
+    evicted: u64,
+}
+
+impl<S: UserStackSource, Y: UserSymbolizer + Send> UserResolver<S, Y> {
+    /// A resolver over the stacks of `source`.
+    pub fn new(source: S, symbolizer: Y) -> Self {
+        UserResolver { source, symbolizer, pinned: HashMap::new(), symbolized: HashMap::new(), evicted: 0 }
+    }
+
+    /// The pinned stack `id`, pinned now if it is not yet; None when the
+    /// map forgot it before it was read.
+    fn pinned(&mut self, id: StackId) -> Option<&PinnedStack> {
+        if !self.pinned.contains_key(&id) {
+            let Some((tgid, ips)) = self.source.get(id) else {
+                self.evicted += 1;
+                return None;
+            };
+            let p = self.symbolizer.pin(tgid, &ips);
+            self.pinned.insert(id, p);
+        }
+        self.pinned.get(&id)
+    }
+
+    /// Symbolized stack `id`, or None when it was evicted before being read.
+    pub fn stack(&mut self, id: StackId) -> Option<Arc<UserStack>> {
+        if let Some(s) = self.symbolized.get(&id) {
+            return Some(s.clone());
+        }
+        let pinned = self.pinned(id)?.clone();
+        let s = self.symbolizer.symbolize(&pinned);
+        self.symbolized.insert(id, s.clone());
+        Some(s)
+    }
+}
+
+/// What an evicted user stack shows.
+pub const USER_STACK_EVICTED: &str =
+    "[user stack evicted from the user stack map before it was read (raise --stack-map-size)]";
+
+impl<S: UserStackSource, Y: UserSymbolizer + Send> UserStacks for UserResolver<S, Y> {
+    fn frames(&mut self, id: StackId) -> Vec<String> {
+        match self.stack(id) {
+            Some(s) => s.frames.iter().map(|f| f.text()).collect(),
+            None => vec![USER_STACK_EVICTED.to_string()],
+        }
+    }
+
+    fn pin(&mut self, id: StackId) {
+        let _ = self.pinned(id);
+    }
+
+    fn retain(&mut self, keep: &dyn Fn(StackId) -> bool) {
+        self.pinned.retain(|id, _| keep(*id));
+        self.symbolized.retain(|id, _| keep(*id));
+    }
+
+    fn counters(&self) -> (u64, u64, u64) {
+        let c = self.symbolizer.counters();
+        (c.unpinned, self.evicted, c.truncated)
+    }
+}
