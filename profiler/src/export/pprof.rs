@@ -2,12 +2,15 @@
 //! mutex profile (`contentions/count`, `delay/nanoseconds`), readable by
 //! `go tool pprof`, Pyroscope and Parca. Encoding is done by prost.
 
-use std::{collections::HashMap, io::Write};
+use std::{collections::HashMap, io::Write, sync::Arc};
 
 use flate2::{Compression, write::GzEncoder};
 use prost::Message;
 
-use crate::model::{CallerProfile, Profile};
+use crate::{
+    model::{CallerProfile, Profile, placeholders},
+    symbols::user::{UserFrame, UserStack},
+};
 
 /// The messages of pprof's profile.proto that lockprof writes.
 pub mod proto {
@@ -91,18 +94,39 @@ pub mod proto {
         pub num: i64,
     }
 
-    /// A memory mapping (one: the kernel).
+    /// A memory mapping: the kernel, and each user-space binary. A user
+    /// binary's mapping starts at 0 with file offset 0, so its locations'
+    /// addresses are file offsets (what a symbolizer with the binary, found
+    /// by its build id, needs).
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Mapping {
         /// Id.
         #[prost(uint64, tag = "1")]
         pub id: u64,
+        /// Start address.
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        /// End address.
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        /// File offset of the start.
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
         /// File name (string index).
         #[prost(int64, tag = "5")]
         pub filename: i64,
+        /// Build id (string index).
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
         /// Functions are symbolized.
         #[prost(bool, tag = "7")]
         pub has_functions: bool,
+        /// File names are known.
+        #[prost(bool, tag = "8")]
+        pub has_filenames: bool,
+        /// Line numbers are known.
+        #[prost(bool, tag = "9")]
+        pub has_line_numbers: bool,
     }
 
     /// A location: one symbolized frame.
@@ -114,6 +138,9 @@ pub mod proto {
         /// Mapping id.
         #[prost(uint64, tag = "2")]
         pub mapping_id: u64,
+        /// Address in the mapping (user frames: the file offset).
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
         /// Lines (one).
         #[prost(message, repeated, tag = "4")]
         pub line: Vec<Line>,
@@ -125,6 +152,9 @@ pub mod proto {
         /// Function id.
         #[prost(uint64, tag = "1")]
         pub function_id: u64,
+        /// Source line (0: unknown).
+        #[prost(int64, tag = "2")]
+        pub line: i64,
     }
 
     /// A function.
@@ -139,6 +169,9 @@ pub mod proto {
         /// System name (string index).
         #[prost(int64, tag = "3")]
         pub system_name: i64,
+        /// Source file (string index).
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
     }
 }
 
@@ -148,6 +181,10 @@ struct Builder {
     strings: HashMap<String, i64>,
     functions: HashMap<String, u64>,
     locations: HashMap<String, u64>,
+    /// User binaries' mappings by (path, build id).
+    mappings: HashMap<(Arc<str>, Option<Arc<str>>), u64>,
+    /// User frames' locations by (mapping, file offset).
+    user_locations: HashMap<(u64, u64), u64>,
 }
 
 impl Builder {
@@ -161,25 +198,83 @@ impl Builder {
         i
     }
 
+    /// The function `name` (in `file`), created once.
+    fn function(&mut self, name: &str, file: Option<&str>) -> u64 {
+        let key = match file {
+            Some(f) => format!("{name}\0{f}"),
+            None => name.to_string(),
+        };
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        let id = self.p.function.len() as u64 + 1;
+        let name = self.s(name);
+        let filename = file.map_or(0, |f| self.s(f));
+        self.p.function.push(proto::Function { id, name, system_name: name, filename });
+        self.functions.insert(key, id);
+        id
+    }
+
     /// A location per distinct frame text (`function+0xoff`), a function per name.
     fn location(&mut self, frame: &str) -> u64 {
         if let Some(&id) = self.locations.get(frame) {
             return id;
         }
         let func = frame.split("+0x").next().unwrap_or(frame).to_string();
-        let fid = match self.functions.get(&func) {
-            Some(&id) => id,
-            None => {
-                let id = self.p.function.len() as u64 + 1;
-                let name = self.s(&func);
-                self.p.function.push(proto::Function { id, name, system_name: name });
-                self.functions.insert(func, id);
-                id
+        let fid = self.function(&func, None);
+        let id = self.p.location.len() as u64 + 1;
+        let line = vec![proto::Line { function_id: fid, line: 0 }];
+        self.p.location.push(proto::Location { id, mapping_id: 1, address: 0, line });
+        self.locations.insert(frame.to_string(), id);
+        id
+    }
+
+    /// The mapping of a user frame's binary, created once.
+    fn mapping(&mut self, f: &UserFrame) -> u64 {
+        let key = (f.path.clone(), f.build_id.clone());
+        if let Some(&id) = self.mappings.get(&key) {
+            return id;
+        }
+        let id = self.p.mapping.len() as u64 + 1;
+        let name = if f.path.is_empty() { &*f.module } else { &*f.path };
+        let filename = self.s(name);
+        let build_id = f.build_id.as_deref().map_or(0, |b| self.s(b));
+        self.p.mapping.push(proto::Mapping {
+            id,
+            memory_start: 0,
+            memory_limit: u64::MAX,
+            file_offset: 0,
+            filename,
+            build_id,
+            has_functions: f.function.is_some(),
+            has_filenames: f.file.is_some(),
+            has_line_numbers: f.line.is_some(),
+        });
+        self.mappings.insert(key, id);
+        id
+    }
+
+    /// A location per (binary, file offset) of a user frame: symbolized
+    /// when lockprof could, else an address for the profile's reader to
+    /// symbolize by build id.
+    fn user_location(&mut self, f: &UserFrame) -> u64 {
+        if !f.is_mapped() {
+            return self.location(&f.text());
+        }
+        let mapping_id = self.mapping(f);
+        if let Some(&id) = self.user_locations.get(&(mapping_id, f.file_offset)) {
+            return id;
+        }
+        let line = match &f.function {
+            Some(func) => {
+                let function_id = self.function(func, f.file.as_deref());
+                vec![proto::Line { function_id, line: f.line.map_or(0, i64::from) }]
             }
+            None => Vec::new(),
         };
         let id = self.p.location.len() as u64 + 1;
-        self.p.location.push(proto::Location { id, mapping_id: 1, line: vec![proto::Line { function_id: fid }] });
-        self.locations.insert(frame.to_string(), id);
+        self.p.location.push(proto::Location { id, mapping_id, address: f.file_offset, line });
+        self.user_locations.insert((mapping_id, f.file_offset), id);
         id
     }
 }
@@ -243,6 +338,9 @@ pub struct PprofSample<'a> {
     pub addr: u64,
     /// Frames, innermost first (never empty: the caller alone when unknown).
     pub frames: &'a [String],
+    /// The user frames after the `[kernel]` frame of `frames`, with their
+    /// binaries (`--user-stacks`).
+    pub user: Option<&'a UserStack>,
     /// The waiting tasks' cgroup (label `cgroup`), when the sample is one
     /// cgroup's part of a caller.
     pub cgroup: Option<&'a str>,
@@ -259,7 +357,7 @@ pub fn build_pprof<'a>(h: &PprofHeader, samples: impl IntoIterator<Item = PprofS
     b.p.period = 1;
     b.p.default_sample_type = b.s(h.types.default);
     let kernel = b.s("[kernel.kallsyms]");
-    b.p.mapping = vec![proto::Mapping { id: 1, filename: kernel, has_functions: true }];
+    b.p.mapping = vec![proto::Mapping { id: 1, filename: kernel, has_functions: true, ..proto::Mapping::default() }];
     b.p.time_nanos = h.time_nanos;
     b.p.duration_nanos = h.duration_nanos;
     let c = b.s(&h.comment);
@@ -267,7 +365,14 @@ pub fn build_pprof<'a>(h: &PprofHeader, samples: impl IntoIterator<Item = PprofS
     let (k_lock, k_type, k_addr, k_cgroup) = (b.s("lock"), b.s("lock_type"), b.s("lock_addr"), b.s("cgroup"));
     for smp in samples {
         let (lock, ty, addr) = (b.s(smp.lock), b.s(smp.lock_type), b.s(&format!("{:#x}", smp.addr)));
-        let location_id = smp.frames.iter().map(|f| b.location(f)).collect();
+        let marker = smp.frames.iter().position(|f| f == placeholders::KERNEL_MARKER);
+        let location_id = match (smp.user, marker) {
+            (Some(user), Some(m)) => {
+                let kernel = smp.frames[..=m].iter().map(|f| b.location(f)).collect::<Vec<_>>();
+                kernel.into_iter().chain(user.frames.iter().map(|f| b.user_location(f))).collect()
+            }
+            _ => smp.frames.iter().map(|f| b.location(f)).collect(),
+        };
         let mut label = vec![
             proto::Label { key: k_lock, str: lock, num: 0 },
             proto::Label { key: k_type, str: ty, num: 0 },
@@ -315,6 +420,7 @@ pub fn pprof_profile(profile: &Profile) -> proto::Profile {
                 lock_type: ty,
                 addr: l.addr,
                 frames: c.frames(),
+                user: c.user.as_deref(),
                 cgroup,
                 values: vec![ns(count), ns(wait)],
             })
@@ -402,5 +508,38 @@ mod tests {
         // Without cgroups there is no cgroup label at all.
         let plain = decode(&encode_pprof(&fixture::profile()).expect("encode"));
         assert!(plain.sample.iter().all(|s| s.label.len() == 3));
+    }
+
+    #[test]
+    fn user_frames_get_mappings_with_build_ids_and_file_offsets() {
+        let d = decode(&encode_pprof(&fixture::profile_with_user_stacks()).expect("encode"));
+        let st = |i: i64| d.string_table[i as usize].as_str();
+        let exe = d.mapping.iter().find(|m| st(m.filename) == "/tmp/lockprof_test").expect("the binary's mapping");
+        assert_eq!(st(exe.build_id), "5a1f3c9e0b1d2e3f40516273849a0b1c2d3e4f50");
+        assert!(exe.has_functions && exe.has_line_numbers);
+        let libc = d.mapping.iter().find(|m| st(m.filename).ends_with("libc.so.6")).expect("libc's mapping");
+        assert_eq!(st(libc.build_id), "0011223344556677");
+        assert!(!libc.has_functions, "libc was not symbolized: its reader symbolizes it by build id");
+        let at = |mapping: u64| d.location.iter().find(|l| l.mapping_id == mapping).expect("a location");
+        let w = at(exe.id);
+        assert_eq!(w.address, 0x1452);
+        let f = d.function.iter().find(|f| f.id == w.line[0].function_id).expect("function");
+        assert_eq!((st(f.name), st(f.filename), w.line[0].line), ("lockprof_test_writer", "lockprof_test.c", 42));
+        let l = at(libc.id);
+        assert!(l.line.is_empty() && l.address == 0x89305);
+        // Leaf first: the kernel frames, [kernel], then the user frames.
+        let sample = d.sample.iter().find(|s| s.location_id.contains(&w.id)).expect("the writer's sample");
+        let names: Vec<String> = sample
+            .location_id
+            .iter()
+            .map(|id| {
+                let loc = &d.location[*id as usize - 1];
+                loc.line.first().map_or(format!("@{:#x}", loc.address), |ln| {
+                    st(d.function[ln.function_id as usize - 1].name).to_string()
+                })
+            })
+            .collect();
+        assert_eq!(names[names.len() - 3..], ["[kernel]", "lockprof_test_writer", "@0x89305"]);
+        assert_eq!(names[1], "anon_pipe_write");
     }
 }

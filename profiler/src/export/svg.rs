@@ -2,9 +2,16 @@
 
 use std::io::Cursor;
 
-use inferno::{differential, flamegraph};
+use inferno::{
+    differential,
+    flamegraph::{
+        self,
+        color::{MultiPalette, Palette},
+    },
+};
 
 use super::{ExportError, Metric};
+use crate::model::placeholders::KERNEL_MARKER;
 
 /// SVG options.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +37,31 @@ fn options(o: &SvgOptions, title: String) -> flamegraph::Options<'static> {
     opt
 }
 
+/// With user stacks (`[kernel]` frames), the kernel's frames annotated
+/// `_[k]` (inferno draws them orange and shows them without the suffix),
+/// so the application's frames stand apart as in perf's call-graph
+/// flamegraphs; None when no line has user frames.
+fn annotate_kernel_frames(lines: &[String]) -> Option<Vec<String>> {
+    let marker = format!(";{KERNEL_MARKER};");
+    if !lines.iter().any(|l| l.contains(&marker)) {
+        return None;
+    }
+    let annotate = |line: &String| {
+        let Some((stack, weight)) = line.rsplit_once(' ') else {
+            return line.clone();
+        };
+        let frames: Vec<&str> = stack.split(';').collect();
+        let first_kernel = frames.iter().position(|f| *f == KERNEL_MARKER).map_or(0, |m| m + 1);
+        let out: Vec<String> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| if i >= first_kernel { format!("{f}_[k]") } else { f.to_string() })
+            .collect();
+        format!("{} {weight}", out.join(";"))
+    };
+    Some(lines.iter().map(annotate).collect())
+}
+
 /// Draws folded `lines`; an empty profile gets a graph that says so.
 pub fn svg(lines: &[String], o: &SvgOptions) -> Result<Vec<u8>, ExportError> {
     let mut out = Vec::new();
@@ -39,7 +71,14 @@ pub fn svg(lines: &[String], o: &SvgOptions) -> Result<Vec<u8>, ExportError> {
     } else {
         (lines, o.metric.title().to_string())
     };
-    flamegraph::from_lines(&mut options(o, title), lines.iter().map(String::as_str), &mut out)?;
+    let mut opt = options(o, title);
+    let annotated = annotate_kernel_frames(lines);
+    if annotated.is_some() {
+        // Kernel frames (annotated) orange; user frames red, or yellow for C++ and Rust.
+        opt.colors = Palette::Multi(MultiPalette::Perl);
+    }
+    let lines = annotated.as_deref().unwrap_or(lines);
+    flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), &mut out)?;
     Ok(out)
 }
 
@@ -114,5 +153,29 @@ mod tests {
         let text = parse(&svg(&[], &SvgOptions { deterministic: true, ..Default::default() }).expect("svg"));
         assert!(text.contains("empty recording"));
         assert!(text.contains("no lock contention recorded"));
+    }
+
+    #[test]
+    fn user_frames_are_coloured_apart_from_the_kernel_frames() {
+        let lines = vec![
+            "main;lockprof_test_writer;[kernel];entry_SYSCALL_64;anon_pipe_write;mutex [mutex] 30".to_string(),
+            "entry_SYSCALL_64;do_exit;tasklist_lock [rwlock:W] 10".to_string(),
+        ];
+        let annotated = annotate_kernel_frames(&lines).expect("user frames present");
+        assert_eq!(
+            annotated[0],
+            "main;lockprof_test_writer;[kernel];entry_SYSCALL_64_[k];anon_pipe_write_[k];mutex [mutex]_[k] 30"
+        );
+        assert!(annotated[1].split(';').all(|f| f.contains("_[k]")), "{}", annotated[1]);
+        assert!(annotate_kernel_frames(&lines[1..]).is_none(), "kernel-only graphs keep their palette");
+        let text = parse(&svg(&lines, &SvgOptions { deterministic: true, ..Default::default() }).expect("svg"));
+        assert!(text.contains("lockprof_test_writer") && text.contains("anon_pipe_write"), "{text}");
+        assert!(!text.contains("_[k]"), "annotations are not shown");
+        let colour = |name: &str| {
+            let at = text.find(&format!("<title>{name} (")).expect("frame drawn");
+            let fill = text[at..].find("fill=\"").map(|i| at + i + 6).expect("fill");
+            text[fill..fill + 18].to_string()
+        };
+        assert_ne!(colour("lockprof_test_writer"), colour("anon_pipe_write"));
     }
 }

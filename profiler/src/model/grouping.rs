@@ -93,6 +93,7 @@ mod tests {
                 wait: s,
                 hold: None,
                 cgroups: Vec::new(),
+                user: None,
             }]
             .into(),
         }

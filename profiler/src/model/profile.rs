@@ -184,6 +184,10 @@ pub struct CallerProfile {
     /// recorded), most wait first; names are in [`Profile::cgroups`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroups: Vec<CgroupShare>,
+    /// The user part of `stack` (after its `[kernel]` frame), with the
+    /// binaries and build ids behind each frame (`--user-stacks`).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "user_stack")]
+    pub user: Option<std::sync::Arc<crate::symbols::user::UserStack>>,
 }
 
 /// One cgroup's part of a caller's (or a lock's) waits.

@@ -15,7 +15,7 @@ use crate::{
     },
     symbols::{
         Identities, Kallsyms, NoIdentities, ResolvedStack, Resolver, StackSource, frame_fn, lock_class, name_lock,
-        rt_base, yield_caller_index,
+        rt_base, user::UserStack, yield_caller_index,
     },
 };
 
@@ -54,6 +54,10 @@ pub trait UserStacks: Send {
     fn retain(&mut self, keep: &dyn Fn(StackId) -> bool);
     /// (unpinned, evicted, truncated) user stacks so far.
     fn counters(&self) -> (u64, u64, u64);
+    /// User stack `id` with its binaries, if symbolized (`frames` says why not).
+    fn stack(&mut self, _id: StackId) -> Option<Arc<UserStack>> {
+        None
+    }
 }
 
 /// No user-stack symbolizer: user frames are shown by their id.
@@ -82,9 +86,9 @@ impl<S: StackSource> Stacks<'_, S> {
     /// Caller id `id` symbolized: its kernel stack, and for a joined id the
     /// user frames after a `[kernel]` marker (innermost first, so read
     /// root-first: the application's frames, then the kernel's).
-    fn caller(&mut self, id: StackId) -> ResolvedStack {
+    fn caller(&mut self, id: StackId) -> (ResolvedStack, Option<Arc<UserStack>>) {
         let Some(&(kernel, user)) = self.joined.get(&id) else {
-            return self.resolver.stack(id).clone();
+            return (self.resolver.stack(id).clone(), None);
         };
         let mut rs = self.resolver.stack(kernel).clone();
         let mut frames = rs.frames.to_vec();
@@ -94,7 +98,7 @@ impl<S: StackSource> Stacks<'_, S> {
         frames.push(placeholders::KERNEL_MARKER.into());
         frames.extend(self.user.frames(user));
         rs.frames = frames.into();
-        rs
+        (rs, self.user.stack(user))
     }
 }
 
@@ -245,7 +249,7 @@ fn lock_profile<S: StackSource>(
     let mut caller_fns: BTreeMap<String, u64> = BTreeMap::new();
     let mut shares = caller_shares(agg);
     for (sid, stats) in &agg.callers {
-        let rs = stacks.caller(*sid);
+        let (rs, user) = stacks.caller(*sid);
         *caller_fns.entry(rs.caller_fn.clone()).or_default() += stats.count();
         let hold = agg.hold_callers.get(sid);
         let cgroups = shares.remove(sid).unwrap_or_default();
@@ -265,6 +269,7 @@ fn lock_profile<S: StackSource>(
                     wait: Stats::clone(stats),
                     hold: hold.map(|h| Stats::clone(h)),
                     cgroups: Vec::new(),
+                    user,
                 };
                 merge_shares(&mut c.cgroups, &cgroups);
                 c

@@ -213,6 +213,7 @@ pub(crate) mod fixture {
                             wait: stats(DETAIL_SIGFIG, &tl_a),
                             hold: None,
                             cgroups: Vec::new(),
+                            user: None,
                         },
                         CallerProfile {
                             caller: "release_task+0x5a".into(),
@@ -220,6 +221,7 @@ pub(crate) mod fixture {
                             wait: stats(DETAIL_SIGFIG, &tl_b),
                             hold: None,
                             cgroups: Vec::new(),
+                            user: None,
                         },
                     ]
                     .into(),
@@ -249,6 +251,7 @@ pub(crate) mod fixture {
                         wait: stats(DETAIL_SIGFIG, &pipe),
                         hold: None,
                         cgroups: Vec::new(),
+                        user: None,
                     }]
                     .into(),
                 },
@@ -349,6 +352,46 @@ pub(crate) mod fixture {
                 locks: vec!["spinlock @ double_rq_lock".into()],
             },
         });
+        p
+    }
+
+    /// The same profile with the pipe writers' user stacks joined above
+    /// their kernel stack: one frame symbolized, one only by build id.
+    pub(crate) fn profile_with_user_stacks() -> Profile {
+        use std::sync::Arc;
+
+        use crate::symbols::user::{UserFrame, UserStack};
+        let writer = UserFrame {
+            function: Some("lockprof_test_writer".into()),
+            offset: 0x22,
+            file: Some("lockprof_test.c".into()),
+            line: Some(42),
+            module: Arc::from("lockprof_test"),
+            path: Arc::from("/tmp/lockprof_test"),
+            build_id: Some(Arc::from("5a1f3c9e0b1d2e3f40516273849a0b1c2d3e4f50")),
+            file_offset: 0x1452,
+            addr: 0x5555_5555_5452,
+        };
+        let libc = UserFrame {
+            function: None,
+            offset: 0,
+            file: None,
+            line: None,
+            module: Arc::from("libc.so.6"),
+            path: Arc::from("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            build_id: Some(Arc::from("0011223344556677")),
+            file_offset: 0x89305,
+            addr: 0x7f00_0008_9305,
+        };
+        let user = UserStack { frames: vec![writer, libc], truncated: false };
+        let mut p = profile();
+        let mut c = p.locks[1].callers[0].clone();
+        let mut stack = c.stack.to_vec();
+        stack.push("[kernel]".into());
+        stack.extend(user.frames.iter().map(|f| f.text()));
+        c.stack = stack.into();
+        c.user = Some(Arc::new(user));
+        p.locks[1].callers = vec![c].into();
         p
     }
 

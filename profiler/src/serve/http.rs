@@ -181,6 +181,7 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
                     lock_type: &e.lock.type_label,
                     addr: e.lock.addr,
                     frames: &e.stack,
+                    user: None,
                     cgroup: None,
                     values: q.metric.values(&e.values),
                 }),
@@ -199,6 +200,7 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
                     lock_type: ty,
                     addr: l.addr,
                     frames,
+                    user: None,
                     cgroup: None,
                     values: q.metric.values(v),
                 }),
@@ -214,6 +216,7 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
                         lock_type: ty,
                         addr: l.addr,
                         frames: caller_frames(c),
+                        user: c.user.as_deref(),
                         cgroup: None,
                         values: q.metric.values(&caller_values(c)),
                     })

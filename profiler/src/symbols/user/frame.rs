@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// `module` of a frame whose ip lies in no file-backed executable mapping
 /// (anonymous memory, `[stack]`, a frame-pointer walk gone astray).
@@ -17,7 +17,7 @@ pub const VDSO_MODULE: &str = "[vdso]";
 const BUILD_ID_TEXT_LEN: usize = 8;
 
 /// One user-space frame.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserFrame {
     /// The function containing the ip (demangled), when symbolized.
     pub function: Option<String>,
@@ -97,7 +97,7 @@ impl UserFrame {
 }
 
 /// A symbolized user stack.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserStack {
     /// Innermost first.
     pub frames: Vec<UserFrame>,

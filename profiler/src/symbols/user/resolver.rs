@@ -84,8 +84,59 @@ impl<S: UserStackSource, Y: UserSymbolizer + Send> UserStacks for UserResolver<S
         self.symbolized.retain(|id, _| keep(*id));
     }
 
+    fn stack(&mut self, id: StackId) -> Option<Arc<UserStack>> {
+        UserResolver::stack(self, id)
+    }
+
     fn counters(&self) -> (u64, u64, u64) {
         let c = self.symbolizer.counters();
         (c.unpinned, self.evicted, c.truncated)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::user::{UserFrame, UserStackCounters};
+
+    /// Names every ip `f<ip>`; pins only live pids (even ones).
+    #[derive(Default)]
+    struct Fake {
+        pins: Vec<u32>,
+        symbolized: usize,
+    }
+
+    impl UserSymbolizer for Fake {
+        fn pin(&mut self, pid: u32, ips: &[u64]) -> PinnedStack {
+            self.pins.push(pid);
+            PinnedStack::unpinned(pid, ips)
+        }
+        fn symbolize(&mut self, pinned: &PinnedStack) -> Arc<UserStack> {
+            self.symbolized += 1;
+            let frames = pinned
+                .ips()
+                .map(|ip| UserFrame { function: Some(format!("f{ip}")), ..UserFrame::unpinned(ip) })
+                .collect();
+            Arc::new(UserStack { frames, truncated: false })
+        }
+        fn counters(&self) -> UserStackCounters {
+            UserStackCounters::default()
+        }
+    }
+
+    #[test]
+    fn pins_once_symbolizes_once_and_says_when_the_map_forgot_a_stack() {
+        let map: HashMap<StackId, (u32, Vec<u64>)> = [(1, (100, vec![7, 8])), (2, (200, vec![9]))].into();
+        let mut r = UserResolver::new(map, Fake::default());
+        UserStacks::pin(&mut r, 1);
+        UserStacks::pin(&mut r, 1);
+        assert_eq!(r.symbolizer.pins, [100], "pinned once, against its own process");
+        assert_eq!(r.frames(1), ["f7+0x0", "f8+0x0"]);
+        assert_eq!(r.frames(1).len(), 2);
+        assert_eq!(r.symbolizer.symbolized, 1, "symbolized once");
+        assert_eq!(r.frames(3), [USER_STACK_EVICTED]);
+        assert_eq!(UserStacks::counters(&r).1, 1, "the forgotten stack is counted");
+        r.retain(&|id| id == 2);
+        assert!(r.pinned.is_empty() && r.symbolized.is_empty());
     }
 }
