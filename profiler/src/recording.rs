@@ -202,6 +202,8 @@ mod tests {
         for l in now["locks"].as_array_mut().into_iter().flatten() {
             for c in l["callers"].as_array_mut().into_iter().flatten() {
                 assert_eq!(c.as_object_mut().and_then(|o| o.remove("cgroups")), Some(serde_json::json!([])));
+                // So did user stacks.
+                assert_eq!(c.as_object_mut().and_then(|o| o.remove("user_caller")), Some(serde_json::Value::Null));
             }
         }
         assert_eq!(now, then);

@@ -41,6 +41,7 @@ fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockP
             wait: stats(DETAIL_SIGFIG, &[1_000, 2_000]),
             hold: None,
             cgroups: Vec::new(),
+            user_caller: None,
             user: None,
         }]
         .into(),

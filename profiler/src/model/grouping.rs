@@ -93,6 +93,7 @@ mod tests {
                 wait: s,
                 hold: None,
                 cgroups: Vec::new(),
+                user_caller: None,
                 user: None,
             }]
             .into(),

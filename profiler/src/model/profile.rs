@@ -180,6 +180,10 @@ pub struct CallerProfile {
     pub wait: Stats,
     /// Hold times, when the backend sees releases.
     pub hold: Option<Stats>,
+    /// The application's frame nearest the kernel (`--user-stacks`): the
+    /// innermost user frame outside the C library and the loader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_caller: Option<String>,
     /// The waits per cgroup of the waiting tasks (when cgroups are
     /// recorded), most wait first; names are in [`Profile::cgroups`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -260,6 +264,11 @@ pub struct CgroupLock {
     pub wait_ns: u64,
     /// The longest, ns.
     pub max_ns: u64,
+    /// The caller with most of this cgroup's wait on the lock.
+    pub caller: String,
+    /// Its application frame (`--user-stacks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_caller: Option<String>,
 }
 
 /// A lock's callers, shared by the profiles that did not change them.

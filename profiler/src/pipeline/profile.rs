@@ -268,6 +268,7 @@ fn lock_profile<S: StackSource>(
                     stack: rs.frames.clone(),
                     wait: Stats::clone(stats),
                     hold: hold.map(|h| Stats::clone(h)),
+                    user_caller: user.as_ref().and_then(|u| u.app_frame()),
                     cgroups: Vec::new(),
                     user,
                 };
@@ -527,10 +528,19 @@ impl<S: StackSource> ProfileBuilder<S> {
         let mut per_lock: FxHashMap<u64, Vec<CgroupLock>> = FxHashMap::default();
         for l in locks {
             let mut shares: Vec<CgroupShare> = Vec::new();
-            for c in l.callers.iter() {
+            // Each cgroup's main caller of the lock: (wait, caller index).
+            let mut top: FxHashMap<u64, (u64, usize)> = FxHashMap::default();
+            for (i, c) in l.callers.iter().enumerate() {
                 merge_shares(&mut shares, &c.cgroups);
+                for s in &c.cgroups {
+                    let t = top.entry(s.id).or_insert((s.wait_ns, i));
+                    if s.wait_ns > t.0 {
+                        *t = (s.wait_ns, i);
+                    }
+                }
             }
             for s in shares {
+                let c = top.get(&s.id).map(|(_, i)| &l.callers[*i]);
                 per_lock.entry(s.id).or_default().push(CgroupLock {
                     lock: l.display_name().to_string(),
                     addr: l.addr,
@@ -539,6 +549,8 @@ impl<S: StackSource> ProfileBuilder<S> {
                     count: s.count,
                     wait_ns: s.wait_ns,
                     max_ns: s.max_ns,
+                    caller: c.map(|c| c.caller.clone()).unwrap_or_default(),
+                    user_caller: c.and_then(|c| c.user_caller.clone()),
                 });
             }
         }

@@ -138,6 +138,8 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                     "contended",
                     "wait_total_ns",
                     "wait_max_ns",
+                    "caller",
+                    "user_caller",
                 ]
                 .map(String::from)
                 .to_vec(),
@@ -155,6 +157,8 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                         l.count.to_string(),
                         l.wait_ns.to_string(),
                         l.max_ns.to_string(),
+                        l.caller.clone(),
+                        l.user_caller.clone().unwrap_or_default(),
                     ]);
                 }
             }
@@ -277,6 +281,6 @@ mod tests {
         assert_eq!(cells(0, 0, 4), ["cgroup", "path", "cgroup_id", "lock"]);
         assert_eq!(rows.len(), 4);
         assert_eq!(cells(1, 0, 4), ["cron.service", "/system.slice/cron.service", "12", "tasklist_lock"]);
-        assert_eq!(cells(2, 7, 10), ["3", "2700", "1100"]);
+        assert_eq!(cells(2, 7, 12), ["3", "2700", "1100", "anon_pipe_write+0x1c4", ""]);
     }
 }

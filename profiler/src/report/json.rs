@@ -100,6 +100,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                     let (ht, hm, ha, hp) = hold_fields(c.hold.as_ref());
                     json!({
                         "caller": c.caller,
+                        "user_caller": c.user_caller,
                         "stack": c.stack,
                         "contended": c.wait.count(),
                         "wait_total_ns": c.wait.total_ns(),
@@ -188,6 +189,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                         "lock": l.lock, "addr": format!("{:#x}", l.addr),
                         "type": type_name(l.lock_type), "mode": mode_name(l.mode),
                         "contended": l.count, "wait_total_ns": l.wait_ns, "wait_max_ns": l.max_ns,
+                        "caller": l.caller, "user_caller": l.user_caller,
                     })
                 })
                 .collect();

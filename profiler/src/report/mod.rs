@@ -213,6 +213,7 @@ pub(crate) mod fixture {
                             wait: stats(DETAIL_SIGFIG, &tl_a),
                             hold: None,
                             cgroups: Vec::new(),
+                            user_caller: None,
                             user: None,
                         },
                         CallerProfile {
@@ -221,6 +222,7 @@ pub(crate) mod fixture {
                             wait: stats(DETAIL_SIGFIG, &tl_b),
                             hold: None,
                             cgroups: Vec::new(),
+                            user_caller: None,
                             user: None,
                         },
                     ]
@@ -251,6 +253,7 @@ pub(crate) mod fixture {
                         wait: stats(DETAIL_SIGFIG, &pipe),
                         hold: None,
                         cgroups: Vec::new(),
+                        user_caller: None,
                         user: None,
                     }]
                     .into(),
@@ -428,6 +431,8 @@ pub(crate) mod fixture {
             count,
             wait_ns,
             max_ns,
+            caller: l.callers[0].caller.clone(),
+            user_caller: l.callers[0].user_caller.clone(),
         };
         let (tl, pipe) = (&p.locks[0], &p.locks[1]);
         p.cgroups = vec![

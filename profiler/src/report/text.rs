@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use super::{By, ReportOptions, fmt_ns};
 use crate::model::{
-    Counter, CounterKind, Counters, LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile, YieldStats,
-    placeholders, type_label,
+    CallerProfile, Counter, CounterKind, Counters, LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile,
+    YieldStats, placeholders, type_label,
 };
 
 /// The non-zero counters by name, then which of them lost data (the
@@ -167,15 +167,25 @@ fn yields(p: &Profile, y: &YieldProfile, opts: &ReportOptions, rows: Option<usiz
 
 /// A lock's callers merged by caller frame (stacks that differ only further
 /// out share a line here; `--by caller` shows them apart), sorted.
-fn callers_by_frame<'a>(l: &'a LockProfile, opts: &ReportOptions) -> Vec<(&'a str, Stats)> {
-    let mut merged: Vec<(&str, Stats)> = Vec::new();
+/// A caller's name in the lock view: its kernel caller, and the
+/// application's frame above it when user stacks were recorded.
+fn caller_title(c: &CallerProfile) -> String {
+    match &c.user_caller {
+        Some(u) => format!("{} <- {u}", c.caller),
+        None => c.caller.clone(),
+    }
+}
+
+fn callers_by_frame(l: &LockProfile, opts: &ReportOptions) -> Vec<(String, Stats)> {
+    let mut merged: Vec<(String, Stats)> = Vec::new();
     for c in l.callers.iter() {
-        match merged.iter_mut().find(|(name, _)| *name == c.caller) {
+        let title = caller_title(c);
+        match merged.iter_mut().find(|(name, _)| *name == title) {
             Some((_, st)) => st.merge(&c.wait),
-            None => merged.push((&c.caller, c.wait.clone())),
+            None => merged.push((title, c.wait.clone())),
         }
     }
-    merged.sort_by(|a, b| opts.query.sort.value(&b.1).cmp(&opts.query.sort.value(&a.1)).then(a.0.cmp(b.0)));
+    merged.sort_by(|a, b| opts.query.sort.value(&b.1).cmp(&opts.query.sort.value(&a.1)).then(a.0.cmp(&b.0)));
     merged
 }
 
@@ -305,9 +315,14 @@ fn cgroups_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
         let locks = opts.query.cgroup_locks(p, c);
         let shown = opts.callers_per_lock.min(locks.len());
         for l in &locks[..shown] {
+            let from = match &l.user_caller {
+                Some(u) => format!("  from {u} via {}", l.caller),
+                None if l.caller.is_empty() => String::new(),
+                None => format!("  via {}", l.caller),
+            };
             let _ = writeln!(
                 out,
-                "{:>10} {:>11} {:>11} {:>35}<- {:<13} {}",
+                "{:>10} {:>11} {:>11} {:>35}<- {:<13} {}{from}",
                 l.count,
                 fmt_ns(l.wait_ns),
                 fmt_ns(l.max_ns),
@@ -451,12 +466,34 @@ run-queue lock contention inside yield_to: 2 waits, 3.00 us total, 2.00 us max (
         let text = render_text(&p, &ReportOptions { by: By::Cgroup, ..Default::default() });
         let rows: Vec<&str> = text.lines().skip_while(|l| !l.ends_with("  cgroup")).collect();
         assert!(rows[1].ends_with("cron.service  (/system.slice/cron.service)"), "{text}");
-        assert!(rows[2].contains("<- rwlock:W ") && rows[2].ends_with(" tasklist_lock"), "{text}");
+        assert!(
+            rows[2].contains("<- rwlock:W ") && rows[2].ends_with(" tasklist_lock  via copy_process+0x6f1"),
+            "{text}"
+        );
         assert!(rows[3].contains("docker:3f2a9c1b7d4e  (/system.slice/docker-3f2a9c1b7d4e"), "{text}");
         let only = Query { lock: Some("tasklist_lock".into()), ..Query::default() };
         let text = render_text(&p, &ReportOptions { by: By::Cgroup, query: only, ..Default::default() });
         assert!(text.contains("cron.service") && !text.contains("nginx"), "{text}");
         let none = render_text(&fixture::profile(), &ReportOptions { by: By::Cgroup, ..Default::default() });
         assert!(none.contains("no cgroups recorded"), "{none}");
+    }
+
+    #[test]
+    fn with_user_stacks_callers_name_the_application_frame_too() {
+        let mut p = fixture::profile_with_user_stacks();
+        // What the builder does: the innermost frame outside libc.
+        let c = std::sync::Arc::make_mut(&mut p.locks[1].callers);
+        c[0].user_caller = c[0].user.as_ref().and_then(|u| u.app_frame());
+        let text = render_text(&p, &ReportOptions::default());
+        assert!(
+            text.contains("<- anon_pipe_write+0x1c4 <- lockprof_test_writer+0x22 (lockprof_test.c:42)"),
+            "{text}"
+        );
+        let by_caller = render_text(&p, &ReportOptions { by: By::Caller, ..Default::default() });
+        let stack: Vec<&str> = by_caller.lines().map(str::trim).collect();
+        let k = stack.iter().position(|l| *l == "[kernel]").expect("the marker");
+        assert_eq!(stack[k - 1], "vfs_write+0x2a1");
+        assert_eq!(stack[k + 1], "lockprof_test_writer+0x22 (lockprof_test.c:42)");
+        assert!(stack[k + 2].starts_with("libc.so.6+0x89305 [build-id 00112233"), "{by_caller}");
     }
 }

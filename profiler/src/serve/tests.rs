@@ -28,6 +28,7 @@ pub(crate) fn profile(locks: &[(u64, TestCallers<'_>)]) -> Profile {
                 wait: s,
                 hold: None,
                 cgroups: Vec::new(),
+                user_caller: None,
                 user: None,
             });
         }

@@ -136,6 +136,8 @@ mod tests {
                 count,
                 wait_ns,
                 max_ns: wait_ns,
+                caller: String::new(),
+                user_caller: None,
             };
             match p.cgroups.iter_mut().find(|c| c.id == id) {
                 Some(c) => c.locks.push(lock),

@@ -106,6 +106,21 @@ pub struct UserStack {
     pub truncated: bool,
 }
 
+/// Modules of the C library and the dynamic loader: their frames are the
+/// system-call wrappers and lock loops the application called, not the
+/// application.
+fn is_runtime_module(module: &str) -> bool {
+    ["libc.so", "libc-", "ld-linux", "ld-musl", "libpthread"].iter().any(|p| module.starts_with(p))
+}
+
+impl UserStack {
+    /// The application's frame nearest the kernel: the innermost frame
+    /// outside the C library and the loader (its `text()`), if any.
+    pub fn app_frame(&self) -> Option<String> {
+        self.frames.iter().find(|f| f.is_mapped() && !is_runtime_module(&f.module)).map(UserFrame::text)
+    }
+}
+
 /// The truncation rule, shared by pinned and symbolized stacks.
 pub(super) fn is_truncated(frame_count: usize, outermost_mapped: Option<bool>) -> bool {
     frame_count == 1 || outermost_mapped == Some(false)
