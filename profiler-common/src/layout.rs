@@ -83,6 +83,12 @@ pub struct Layout {
     /// PREEMPT_RT: `rwbase_rt.rtmutex` within an rwsem or rwlock (its owner
     /// is the writer).
     pub rwbase_rtmutex: u32,
+    /// `task_struct.real_parent`: a forked child that has not exec'd
+    /// shares its parent's memory layout (user stacks are read against the
+    /// parent's mappings, which outlive the child).
+    pub task_real_parent: u32,
+    /// `mm_struct.exe_file` (a child that exec'd has another one).
+    pub mm_exe_file: u32,
     /// Reserved, zero.
     pub _pad: u32,
 }
@@ -125,6 +131,8 @@ impl Layout {
         btf_task: 0,
         rwbase_readers: UNKNOWN_OFFSET,
         rwbase_rtmutex: UNKNOWN_OFFSET,
+        task_real_parent: UNKNOWN_OFFSET,
+        mm_exe_file: UNKNOWN_OFFSET,
         _pad: 0,
     };
 }
@@ -147,7 +155,7 @@ mod tests {
 
     #[test]
     fn layout_is_all_u32_and_unknown_by_default() {
-        assert_eq!(core::mem::size_of::<Layout>(), 36 * 4);
+        assert_eq!(core::mem::size_of::<Layout>(), 38 * 4);
         assert!(!known(Layout::default().task_mm));
         assert!(known(0));
     }

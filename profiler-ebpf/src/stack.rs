@@ -2,12 +2,16 @@
 //! stored under their content hash (see `profiler_common::StackId`).
 
 use aya_ebpf::bindings::BPF_F_USER_STACK;
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_stack, programs::tracing::StackIdContext};
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_task, bpf_get_stack, bpf_probe_read_kernel},
+    programs::tracing::StackIdContext,
+};
 use aya_log_ebpf::warn;
 use profiler_common::{
     CachedStack, Config, EVENT_USER_STACK, MAX_STACK_DEPTH, STACK_CACHE_SLOTS, STACK_HASH_SEED, STACK_SKIPPED,
     STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, UserStackEvent, counter,
-    is_stack, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
+    is_stack, known, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
 };
 
 use crate::{
@@ -43,11 +47,53 @@ fn hash_frames(seed: u64, ips: &[u64; MAX_STACK_DEPTH], nr: u64) -> StackId {
     stack_hash_finish(h, nr)
 }
 
+/// The pointer-sized value at `base + off` (0 when unknown or unreadable).
+#[inline(always)]
+fn read_at(base: u64, off: u32) -> u64 {
+    if base == 0 || !known(off) {
+        return 0;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const u64) }.unwrap_or(0)
+}
+
+/// The process whose mappings the current task's user stack is read
+/// against: its parent's when it is a forked (or vfork'd) child that has not
+/// exec'd (the same memory layout, and a parent that outlives a fork
+/// storm's children), else its own. Read only when a user stack is walked.
+#[inline(always)]
+fn address_space_owner(cfg: &Config, tgid: u32) -> u32 {
+    let l = &cfg.layout;
+    if cfg.task.tgid == 0 || !known(l.task_real_parent) || !known(l.mm_exe_file) {
+        return tgid;
+    }
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let mm = read_at(task, l.task_mm);
+    let parent = read_at(task, l.task_real_parent);
+    let parent_mm = read_at(parent, l.task_mm);
+    if mm == 0 || parent_mm == 0 {
+        return tgid;
+    }
+    let shared = mm == parent_mm || {
+        let exe = read_at(mm, l.mm_exe_file);
+        exe != 0 && exe == read_at(parent_mm, l.mm_exe_file)
+    };
+    if !shared {
+        return tgid;
+    }
+    // SAFETY: as in `read_at`.
+    match unsafe { bpf_probe_read_kernel((parent + u64::from(cfg.task.tgid)) as *const u32) } {
+        Ok(p) if p != 0 => p,
+        _ => tgid,
+    }
+}
+
 /// Walks the current task's user stack and stores it; its id, or why
 /// there is none. A stack stored for the first time is announced to
 /// userspace, which reads the process's mappings while it is alive.
 #[inline(always)]
-fn capture_user<C: StackIdContext>(ctx: &C, tgid: u32) -> StackId {
+fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
     if tgid == 0 {
         return USER_STACK_NONE;
     }
@@ -69,6 +115,7 @@ fn capture_user<C: StackIdContext>(ctx: &C, tgid: u32) -> StackId {
         // A kernel thread, or a task with no user frames to walk.
         return USER_STACK_NONE;
     }
+    let tgid = address_space_owner(cfg, tgid);
     buf.nr = nr as u32;
     buf.tgid = tgid;
     let id = hash_frames(user_stack_seed(tgid), &buf.ips, nr);
@@ -167,7 +214,7 @@ pub fn stack_for<C: StackIdContext>(
     let cached = STACK_CACHE.get_ptr_mut(tid % STACK_CACHE_SLOTS);
     if budget_allows(cfg.stacks_per_window, now) {
         let id = capture(ctx);
-        let user_id = if user { capture_user(ctx, tgid) } else { USER_STACK_OFF };
+        let user_id = if user { capture_user(ctx, cfg, tgid) } else { USER_STACK_OFF };
         if let Some(c) = cached {
             // SAFETY: this CPU's cache entry from a successful lookup, valid
             // for the map's lifetime (see `context` for concurrent updates).

@@ -485,10 +485,7 @@ run-queue lock contention inside yield_to: 2 waits, 3.00 us total, 2.00 us max (
         let c = std::sync::Arc::make_mut(&mut p.locks[1].callers);
         c[0].user_caller = c[0].user.as_ref().and_then(|u| u.app_frame());
         let text = render_text(&p, &ReportOptions::default());
-        assert!(
-            text.contains("<- anon_pipe_write+0x1c4 <- lockprof_test_writer+0x22 (lockprof_test.c:42)"),
-            "{text}"
-        );
+        assert!(text.contains("<- anon_pipe_write+0x1c4 <- lockprof_test_writer+0x22 (lockprof_test.c:42)"), "{text}");
         let by_caller = render_text(&p, &ReportOptions { by: By::Caller, ..Default::default() });
         let stack: Vec<&str> = by_caller.lines().map(str::trim).collect();
         let k = stack.iter().position(|l| *l == "[kernel]").expect("the marker");

@@ -62,6 +62,8 @@ pub fn layout(t: &Types<'_>) -> Layout {
         btf_task: t.struct_id("task_struct"),
         rwbase_readers: first(t, "rw_semaphore", &["rwbase.readers"]),
         rwbase_rtmutex: first(t, "rw_semaphore", &["rwbase.rtmutex"]),
+        task_real_parent: first(t, "task_struct", &["real_parent"]),
+        mm_exe_file: first(t, "mm_struct", &["exe_file"]),
         _pad: 0,
     }
 }
