@@ -63,11 +63,17 @@ pub fn program_cost_table(threads: usize, secs: f64) -> Result<Costs> {
 /// Each tracer's programs' costs after `secs` of pipe storm (bpf_stats on).
 fn tracer_costs(threads: usize, secs: f64) -> Result<Vec<(String, Vec<ProgCost>)>> {
     let mut res = Vec::new();
-    let runs: [(&str, &[&str]); 4] = [
+    let runs: [(&str, &[&str]); 7] = [
         ("floor", &["floor"]),
         ("lockprof (default)", &["record", "--format", "json", "--top", "1"]),
         ("lockprof --no-owners", &["record", "--format", "json", "--top", "1", "--no-owners"]),
         ("lockprof --mode stream", &["record", "--format", "json", "--top", "1", "--mode", "stream"]),
+        ("lockprof --no-cgroups", &["record", "--format", "json", "--top", "1", "--no-cgroups"]),
+        ("lockprof --user-stacks", &["record", "--format", "json", "--top", "1", "--user-stacks"]),
+        (
+            "lockprof --user-stacks --stack-rate 0",
+            &["record", "--format", "json", "--top", "1", "--user-stacks", "--stack-rate", "0"],
+        ),
     ];
     for (name, args) in runs {
         let floor = name == "floor";

@@ -65,6 +65,10 @@ fn tracers(o: &Opts) -> Vec<Tracer> {
     t.push(lp("lockprof", &[]));
     t.push(lp("lockprof --mode stream", &["--mode", "stream"]));
     t.push(lp("lockprof --stack-rate 0", &["--stack-rate", "0"]));
+    // The application's view: user stacks walked with the kernel stacks, and
+    // the price of the cgroup id every wait records by default.
+    t.push(lp("lockprof --user-stacks", &["--user-stacks"]));
+    t.push(lp("lockprof --no-cgroups", &["--no-cgroups"]));
     for v in &o.variants {
         let (label, args) = v.split_once('=').unwrap_or((v.as_str(), ""));
         t.push(Tracer::Lockprof {
