@@ -1,0 +1,463 @@
+//! Root-only: `--user-stacks` on the live kernel, with a C workload built by
+//! the test (`tests/data/ustack/lockprof_test.c`) whose user frames are
+//! known: its writer functions must show above `anon_pipe_write` in the
+//! JSON report, the folded stacks and pprof (read by `go tool pprof`), and
+//! glibc's frameless `write()` must hide its direct caller exactly when the
+//! machine's libc says it will. Skips, saying why, without root, the lock
+//! tracepoints, `cc`, `objdump` or `go`; with `CI=true` those are failures.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::Mutex,
+    thread::{self, JoinHandle},
+};
+
+mod support;
+
+/// One workload and recorder at a time on the machine's two CPUs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The workload's source, built by each test.
+const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ustack/lockprof_test.c");
+
+/// Frame pointers everywhere (leaf functions too), no tail calls, a build id.
+const CFLAGS: [&str; 7] = [
+    "-O2",
+    "-g",
+    "-fno-omit-frame-pointer",
+    "-mno-omit-leaf-frame-pointer",
+    "-fno-optimize-sibling-calls",
+    "-pthread",
+    "-Wl,--build-id=sha1",
+];
+
+/// The marker between kernel frames (before it) and user frames (after it).
+const KERNEL: &str = "[kernel]";
+
+fn have(bin: &str) -> bool {
+    Command::new(bin).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+}
+
+/// `true` if the test can run; prints why not otherwise (fails in CI).
+fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
+    let reason = support::tracepoints_missing()
+        .or_else(|| tools.iter().find(|(bin, _)| !have(bin)).map(|(bin, pkg)| format!("needs {bin} (Debian's {pkg})")));
+    support::ready_unless(test, reason)
+}
+
+fn lockprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lockprof"))
+}
+
+/// A scratch directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("lockprof-ustack-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("tmpdir");
+        TempDir(d)
+    }
+
+    fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Builds the workload into `dir`.
+fn build(dir: &TempDir) -> PathBuf {
+    let bin = dir.join("lockprof_test");
+    let out = Command::new("cc").args(CFLAGS).arg("-o").arg(&bin).arg(SOURCE).output().expect("run cc");
+    assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+    bin
+}
+
+/// The workload, killed (and reaped) when dropped.
+struct Workload {
+    child: Child,
+    pid: u32,
+}
+
+impl Workload {
+    /// Starts `bin mode secs threads` and waits for its `ready <pid>` line
+    /// (printed once its threads exist).
+    fn start(bin: &Path, mode: &str, secs: u32, threads: u32) -> Workload {
+        let mut child = Command::new(bin)
+            .args([mode, &secs.to_string(), &threads.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the workload");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        BufReader::new(stdout).read_line(&mut line).expect("read the ready line");
+        let pid = line.strip_prefix("ready ").and_then(|p| p.trim().parse().ok());
+        let pid = pid.unwrap_or_else(|| panic!("the workload said {line:?}, not `ready <pid>`"));
+        assert_eq!(pid, child.id());
+        Workload { child, pid }
+    }
+
+    /// Waits for it to exit by itself.
+    fn wait(&mut self) -> ExitStatus {
+        self.child.wait().expect("wait for the workload")
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `lockprof record` running in the background, attached once `start`
+/// returns; stopped with SIGTERM (it then prints its report) or killed when
+/// dropped.
+struct Recorder {
+    child: Option<Child>,
+    stdout: Option<JoinHandle<Vec<u8>>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Recorder {
+    fn start(args: &[&str]) -> Recorder {
+        let mut child = lockprof()
+            .arg("record")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockprof record");
+        let mut out = child.stdout.take().expect("stdout");
+        let stdout = thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = out.read_to_end(&mut v);
+            v
+        });
+        let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+        // "lockprof: recording ..." is printed once the programs are attached.
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            if err.read_line(&mut line).expect("read stderr") == 0 {
+                let status = child.wait().expect("wait");
+                panic!("lockprof record {args:?} exited ({status}) before attaching: {seen}");
+            }
+            seen.push_str(&line);
+            if line.starts_with("lockprof: recording") {
+                break;
+            }
+        }
+        let stderr = thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+            seen + &rest
+        });
+        Recorder { child: Some(child), stdout: Some(stdout), stderr: Some(stderr) }
+    }
+
+    /// SIGTERM; its report (stdout), after checking it exited cleanly.
+    fn stop(mut self) -> Vec<u8> {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on a child we spawned and have not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        let status = child.wait().expect("wait");
+        let out = self.stdout.take().expect("stdout").join().expect("stdout reader");
+        let err = self.stderr.take().expect("stderr").join().expect("stderr reader");
+        assert!(status.success(), "lockprof record exited {status}: {err}");
+        out
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `lockprof <args>`, which must succeed: its stdout.
+fn run_ok(args: &[&str], paths: &[&Path]) -> Vec<u8> {
+    let out = lockprof().args(args).args(paths).output().expect("run lockprof");
+    assert!(out.status.success(), "lockprof {args:?} {paths:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(bytes)))
+}
+
+/// A frame's function: the text before `+0x` (and before ` (file:line)`).
+fn fn_of(frame: &str) -> &str {
+    let f = frame.split(" (").next().unwrap_or(frame);
+    f.split("+0x").next().unwrap_or(f)
+}
+
+fn stack(caller: &serde_json::Value) -> Vec<&str> {
+    caller["stack"].as_array().expect("stack").iter().map(|f| f.as_str().expect("frame")).collect()
+}
+
+/// The kernel frames of a stack (all of it without user frames) and the user
+/// frames after the `[kernel]` marker (none without it).
+fn split<'a>(stack: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
+    match stack.iter().position(|f| *f == KERNEL) {
+        Some(k) => (stack[..k].to_vec(), stack[k + 1..].to_vec()),
+        None => (stack.to_vec(), Vec::new()),
+    }
+}
+
+fn contended(v: &serde_json::Value) -> u64 {
+    v["contended"].as_u64().expect("contended")
+}
+
+/// The pipe mutex: the mutex with the most waits whose callers went through
+/// `anon_pipe_write` (the `--pid` filter keeps only the workload's locks).
+fn pipe_mutex(v: &serde_json::Value) -> &serde_json::Value {
+    let locks = v["locks"].as_array().expect("locks");
+    let writes = |l: &&serde_json::Value| {
+        l["type"] == "mutex"
+            && l["callers"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| split(&stack(c)).0.iter().any(|f| fn_of(f) == "anon_pipe_write")))
+    };
+    locks.iter().filter(writes).max_by_key(|l| contended(l)).unwrap_or_else(|| {
+        panic!(
+            "no pipe mutex written through anon_pipe_write among {:?}",
+            locks.iter().map(|l| &l["class"]).collect::<Vec<_>>()
+        )
+    })
+}
+
+/// Every frame of every caller stack in a report.
+fn all_frames(v: &serde_json::Value) -> Vec<&str> {
+    v["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .flat_map(|l| l["callers"].as_array().expect("callers").iter().flat_map(stack))
+        .collect()
+}
+
+/// The function names of `user`, innermost first.
+fn fns<'a>(user: &[&'a str]) -> Vec<&'a str> {
+    user.iter().map(|f| fn_of(f)).collect()
+}
+
+#[test]
+fn user_stacks_name_the_writer_above_anon_pipe_write() {
+    const TEST: &str = "user_stacks_name_the_writer_above_anon_pipe_write";
+    if !ready(TEST, &[("cc", "gcc"), ("go", "golang-go")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("writer");
+    let bin = build(&dir);
+    // Longer than both recordings; killed when dropped.
+    let w = Workload::start(&bin, "raw", 60, 4);
+    let pid = w.pid.to_string();
+    let rec = dir.join("rec.lockprof");
+    let base = ["record", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
+    let with = json(&run_ok(&[&base[..], &["--user-stacks", "--output"]].concat(), &[&rec]));
+    let without = json(&run_ok(&base, &[]));
+    drop(w);
+
+    let pipe = pipe_mutex(&with);
+    let callers = pipe["callers"].as_array().expect("callers");
+    let writes = |c: &&serde_json::Value| split(&stack(c)).0.iter().any(|f| fn_of(f) == "anon_pipe_write");
+    let writer_waits: u64 = callers.iter().filter(writes).map(contended).sum();
+    let mut joined = 0;
+    for c in callers.iter().filter(writes) {
+        let s = stack(c);
+        let (kernel, user) = split(&s);
+        if user.is_empty() {
+            continue;
+        }
+        joined += contended(c);
+        assert!(kernel.iter().any(|f| fn_of(f) == "anon_pipe_write"), "{s:?}");
+        assert_eq!(
+            fns(&user).get(..3),
+            Some(&["lockprof_test_writer", "lockprof_test_loop", "lockprof_test_thread"][..]),
+            "the user frames above the kernel's must be the workload's chain, innermost first: {s:?}"
+        );
+        assert!(user[0].contains("(lockprof_test.c:"), "the writer's frame names its source line: {s:?}");
+    }
+    assert!(writer_waits > 0, "no waits through anon_pipe_write");
+    assert!(
+        joined * 10 >= writer_waits * 9,
+        "only {joined} of {writer_waits} waits through anon_pipe_write carry user frames: {:?}",
+        with["drops"]
+    );
+
+    // Control: the same recording without --user-stacks has no user frame.
+    let frames = all_frames(&without);
+    pipe_mutex(&without);
+    assert!(!frames.contains(&KERNEL), "a [kernel] marker without --user-stacks");
+    assert!(!frames.iter().any(|f| f.contains("lockprof_test_")), "user frames without --user-stacks");
+
+    // Folded stacks (root first) of the saved recording.
+    let folded = dir.join("rec.folded");
+    run_ok(&["flamegraph", "--folded", folded.to_str().expect("utf-8"), "--input"], &[&rec]);
+    let text = std::fs::read_to_string(&folded).expect("folded");
+    let chain = "lockprof_test_thread;lockprof_test_loop;lockprof_test_writer;[kernel];";
+    assert!(
+        text.lines().any(|l| l.contains(chain) && l.contains(";anon_pipe_write;")),
+        "no folded line with {chain} above anon_pipe_write:\n{text}"
+    );
+
+    // pprof, read by go tool pprof: leaf first, the writer after anon_pipe_write.
+    let pb = dir.join("rec.pb.gz");
+    run_ok(&["report", "--format", "pprof", "--output", pb.to_str().expect("utf-8"), "--input"], &[&rec]);
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-traces"])
+        .arg(&pb)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("go tool pprof");
+    let traces = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "go tool pprof -traces: {}", String::from_utf8_lossy(&out.stderr));
+    let found = traces.split("-----------+").any(|t| {
+        let lines: Vec<&str> = t.lines().map(|l| l.split_whitespace().last().unwrap_or("")).collect();
+        let at = |name: &str| lines.iter().position(|l| *l == name);
+        match (at("anon_pipe_write"), at(KERNEL), at("lockprof_test_writer"), at("lockprof_test_loop")) {
+            (Some(a), Some(k), Some(w), Some(l)) => a < k && k + 1 == w && w + 1 == l,
+            _ => false,
+        }
+    });
+    assert!(found, "no pprof trace with lockprof_test_writer right after [kernel], below anon_pipe_write:\n{traces}");
+}
+
+/// Whether glibc's `write` (in the libc `pid` maps) sets up a frame
+/// (`push %rbp; mov %rsp,%rbp`), read from its disassembly.
+fn libc_write_has_frame(pid: u32) -> (bool, String) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let libc = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| Path::new(p).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so")))
+        .unwrap_or_else(|| panic!("no libc mapped in {pid}:\n{maps}"))
+        .to_string();
+    for sym in ["__write", "write", "__libc_write"] {
+        let out = Command::new("objdump")
+            .args(["-d", "--no-show-raw-insn", &format!("--disassemble={sym}")])
+            .arg(&libc)
+            .output()
+            .expect("objdump");
+        assert!(out.status.success(), "objdump: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let body: Vec<&str> =
+            text.lines().skip_while(|l| !l.ends_with(">:")).skip(1).take_while(|l| !l.trim().is_empty()).collect();
+        if body.iter().any(|l| l.contains("syscall")) {
+            let push = body.iter().any(|l| l.contains("push") && l.contains("%rbp"));
+            let mov = body.iter().any(|l| l.contains("mov") && l.contains("%rsp,%rbp"));
+            return (push && mov, format!("{libc} {sym}:\n{}", body.join("\n")));
+        }
+    }
+    panic!("no write with a syscall in {libc}");
+}
+
+#[test]
+fn glibc_write_hides_its_direct_caller_as_predicted() {
+    const TEST: &str = "glibc_write_hides_its_direct_caller_as_predicted";
+    if !ready(TEST, &[("cc", "gcc"), ("objdump", "binutils")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("libc");
+    let bin = build(&dir);
+    let w = Workload::start(&bin, "libc", 60, 4);
+    let (framed, asm) = libc_write_has_frame(w.pid);
+    eprintln!("glibc's write sets up a frame: {framed}\n{asm}");
+    let pid = w.pid.to_string();
+    let args = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
+    let v = json(&run_ok(&args, &[]));
+    drop(w);
+    let pipe_addr = pipe_mutex(&v)["addr"].clone();
+    let mut checked = 0;
+    for l in v["locks"].as_array().expect("locks") {
+        for c in l["callers"].as_array().expect("callers") {
+            let s = stack(c);
+            let (kernel, user) = split(&s);
+            // Waits inside write(2): the user ip is the one saved by the
+            // syscall, in glibc's write. (An interrupt can stop a thread
+            // anywhere, the writer's own code included: those stacks say
+            // nothing about write's frame.)
+            if !in_syscall(&kernel) || !user.first().is_some_and(|f| fn_of(f).contains("write")) {
+                continue;
+            }
+            let f = fns(&user);
+            let expect: &[&str] = if framed {
+                &["lockprof_test_libc_writer", "lockprof_test_libc_loop", "lockprof_test_libc_thread"]
+            } else {
+                &["lockprof_test_libc_loop", "lockprof_test_libc_thread"]
+            };
+            assert_eq!(
+                f.get(1..1 + expect.len()),
+                Some(expect),
+                "write {} a frame, so its caller must be {}: {s:?}\n{asm}",
+                if framed { "sets up" } else { "sets up no" },
+                if framed { "present" } else { "skipped" }
+            );
+            assert!(framed || !f.contains(&"lockprof_test_libc_writer"), "{s:?}");
+            if l["addr"] == pipe_addr && kernel.iter().any(|f| fn_of(f) == "anon_pipe_write") {
+                checked += contended(c);
+            }
+        }
+    }
+    assert!(checked > 0, "no wait on the pipe mutex inside write(2) with user frames: {:?}", v["drops"]);
+}
+
+/// The kernel part of a stack entered through a system call (the user
+/// registers are those the syscall saved).
+fn in_syscall(kernel: &[&str]) -> bool {
+    kernel.iter().any(|f| fn_of(f).starts_with("entry_SYSCALL_64"))
+}
+
+#[test]
+fn an_exited_process_keeps_its_frames() {
+    const TEST: &str = "an_exited_process_keeps_its_frames";
+    if !ready(TEST, &[("cc", "gcc")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("exited");
+    let bin = build(&dir);
+    // Attached before the workload starts, stopped after it has exited: the
+    // whole life of the process is inside the recording.
+    let r = Recorder::start(&["--user-stacks", "--stack-rate", "0", "--format", "json"]);
+    let mut w = Workload::start(&bin, "raw", 1, 4);
+    let pid = w.pid;
+    assert!(w.wait().success());
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} still exists");
+    let v = json(&r.stop());
+    let mut writer_stacks = 0;
+    for l in v["locks"].as_array().expect("locks") {
+        for c in l["callers"].as_array().expect("callers") {
+            let s = stack(c);
+            let (kernel, user) = split(&s);
+            // Inside the writer's write(2); an interrupt can stop a thread
+            // anywhere (at the writer's first instruction, before it pushes
+            // its frame, the walk skips the loop).
+            if in_syscall(&kernel) && user.first().is_some_and(|f| fn_of(f) == "lockprof_test_writer") {
+                writer_stacks += 1;
+                assert!(user[0].contains("(lockprof_test.c:"), "{s:?}");
+                assert!(
+                    fns(&user).starts_with(&["lockprof_test_writer", "lockprof_test_loop", "lockprof_test_thread"]),
+                    "{s:?}"
+                );
+            }
+        }
+    }
+    assert!(writer_stacks > 0, "no stack of the exited process names lockprof_test_writer: {:?}", v["drops"]);
+    let unpinned = v["drops"]["user_stacks_unpinned"].as_u64().expect("user_stacks_unpinned");
+    eprintln!("{writer_stacks} writer stacks; user_stacks_unpinned {unpinned}");
+}
