@@ -1,0 +1,125 @@
+//! The C workload with known user frames (`/lockprof_test`, built
+//! statically by `vm-test` from `profiler/tests/data/ustack/lockprof_test.c`)
+//! run as its own process, optionally inside a cgroup, and recordings of
+//! whatever runs, driven until the sessions' live profiles show what a check
+//! wants.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::Instant,
+};
+
+use lockprof::{
+    model::Profile,
+    session::{Session, SessionOptions},
+};
+
+use super::{POLL, began, runtime, until};
+
+/// Where `vm-test` puts the C workload (`$LOCKPROF_TEST_PROGRAM` elsewhere).
+fn program() -> String {
+    std::env::var("LOCKPROF_TEST_PROGRAM").unwrap_or_else(|_| "/lockprof_test".into())
+}
+
+/// Longer than any check drives it: a storm is killed when dropped.
+const STORM_SECS: &str = "600";
+
+/// `/lockprof_test raw`: writer threads on one pipe, each writing from
+/// `lockprof_test_thread -> lockprof_test_loop -> lockprof_test_writer`.
+pub struct CStorm {
+    child: Child,
+    /// Its process id.
+    pub pid: u32,
+}
+
+impl CStorm {
+    /// Starts `threads` writers, moved into the cgroup directory `cgroup`
+    /// (all its threads: cgroup v2 migrates the whole process) before any
+    /// recording starts; returns once the program says it is ready.
+    pub fn start(threads: u32, cgroup: Option<&Path>) -> Result<CStorm, String> {
+        let program = program();
+        let child = Command::new(&program)
+            .args(["raw", STORM_SECS, &threads.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("starting {program}: {e}"))?;
+        let mut storm = CStorm { pid: child.id(), child };
+        if let Some(dir) = cgroup {
+            let procs = dir.join("cgroup.procs");
+            std::fs::write(&procs, storm.pid.to_string())
+                .map_err(|e| format!("moving {program} ({}) into {}: {e}", storm.pid, procs.display()))?;
+        }
+        let out = storm.child.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line).map_err(|e| format!("reading {program}: {e}"))?;
+        if line.trim() != format!("ready {}", storm.pid) {
+            return Err(format!("{program} said {line:?}, not that it was ready"));
+        }
+        Ok(storm)
+    }
+}
+
+impl Drop for CStorm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child cgroup of the cgroup2 mount, removed when dropped (after the
+/// storms in it, which are dropped first).
+pub struct ChildCgroup {
+    /// Its directory.
+    pub dir: PathBuf,
+}
+
+impl ChildCgroup {
+    /// Makes `<root>/<name>` (fresh: a leftover is removed first).
+    pub fn new(root: &Path, name: &str) -> Result<ChildCgroup, String> {
+        let dir = root.join(name);
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
+        Ok(ChildCgroup { dir })
+    }
+}
+
+impl Drop for ChildCgroup {
+    fn drop(&mut self) {
+        // A killed process leaves its cgroup a little after wait() returns.
+        let deadline = Instant::now() + until::PATIENCE;
+        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// Records with one session per entry of `opts` while whatever runs
+/// (storms started before) goes on, until `seen` accepts the sessions' live
+/// profiles or the check's time is up; returns the final profiles.
+pub fn record_while(opts: Vec<SessionOptions>, seen: &dyn Fn(&[&Profile]) -> bool) -> Result<Vec<Profile>, String> {
+    runtime().block_on(async {
+        let mut sessions = Vec::new();
+        for o in opts {
+            sessions.push(Session::start(o).map_err(|e| e.to_string())?);
+        }
+        let live: Vec<_> = sessions.iter_mut().map(|s| s.profiles()).collect();
+        let deadline = Instant::now() + until::patience(began().elapsed());
+        while Instant::now() < deadline {
+            tokio::time::sleep(POLL).await;
+            let now: Vec<Arc<Profile>> = live.iter().map(|rx| rx.borrow().clone()).collect();
+            if seen(&now.iter().map(|p| &**p).collect::<Vec<_>>()) {
+                break;
+            }
+        }
+        let mut out = Vec::new();
+        for s in sessions {
+            out.push(s.finish().await.map_err(|e| e.to_string())?);
+        }
+        Ok(out)
+    })
+}
