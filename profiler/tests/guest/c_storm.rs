@@ -1,8 +1,7 @@
 //! The C workload with known user frames (`/lockprof_test`, built
 //! statically by `vm-test` from `profiler/tests/data/ustack/lockprof_test.c`)
 //! run as its own process, optionally inside a cgroup, and recordings of
-//! whatever runs, driven until the sessions' live profiles show what a check
-//! wants.
+//! it, driven until the sessions' live profiles show what a check wants.
 
 use std::{
     io::{BufRead, BufReader},
@@ -36,29 +35,41 @@ pub struct CStorm {
 }
 
 impl CStorm {
-    /// Starts `threads` writers, moved into the cgroup directory `cgroup`
-    /// (all its threads: cgroup v2 migrates the whole process) before any
-    /// recording starts; returns once the program says it is ready.
+    /// Starts `threads` writers, inside the cgroup directory `cgroup` from
+    /// its first instruction on (a shell moves itself there, then execs the
+    /// program); returns once the program says it is ready.
     pub fn start(threads: u32, cgroup: Option<&Path>) -> Result<CStorm, String> {
         let program = program();
-        let child = Command::new(&program)
-            .args(["raw", STORM_SECS, &threads.to_string()])
+        let threads = threads.to_string();
+        let mut cmd = match cgroup {
+            Some(dir) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", r#"echo $$ > "$1/cgroup.procs" && exec "$2" raw "$3" "$4""#, "sh"]).arg(dir).args([
+                    program.as_str(),
+                    STORM_SECS,
+                    &threads,
+                ]);
+                c
+            }
+            None => {
+                let mut c = Command::new(&program);
+                c.args(["raw", STORM_SECS, &threads]);
+                c
+            }
+        };
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("starting {program}: {e}"))?;
         let mut storm = CStorm { pid: child.id(), child };
-        if let Some(dir) = cgroup {
-            let procs = dir.join("cgroup.procs");
-            std::fs::write(&procs, storm.pid.to_string())
-                .map_err(|e| format!("moving {program} ({}) into {}: {e}", storm.pid, procs.display()))?;
-        }
         let out = storm.child.stdout.take().ok_or("no stdout")?;
         let mut line = String::new();
         BufReader::new(out).read_line(&mut line).map_err(|e| format!("reading {program}: {e}"))?;
         if line.trim() != format!("ready {}", storm.pid) {
-            return Err(format!("{program} said {line:?}, not that it was ready"));
+            let status = storm.child.try_wait().ok().flatten();
+            return Err(format!("{program} said {line:?}, not that it was ready (exit: {status:?})"));
         }
         Ok(storm)
     }
@@ -98,28 +109,37 @@ impl Drop for ChildCgroup {
     }
 }
 
-/// Records with one session per entry of `opts` while whatever runs
-/// (storms started before) goes on, until `seen` accepts the sessions' live
-/// profiles or the check's time is up; returns the final profiles.
-pub fn record_while(opts: Vec<SessionOptions>, seen: &dyn Fn(&[&Profile]) -> bool) -> Result<Vec<Profile>, String> {
+/// Records with one session per entry of `opts`; once they are attached,
+/// `start` starts the workload (storms, dropped by the caller after the
+/// sessions finished), and the sessions record until `seen` accepts their
+/// live profiles or the check's time is up. Returns the final profiles and
+/// the workload.
+pub fn record_while<T>(
+    opts: Vec<SessionOptions>,
+    start: impl FnOnce() -> Result<T, String>,
+    seen: impl Fn(&[&Profile], &T) -> bool,
+) -> Result<(Vec<Profile>, T), String> {
     runtime().block_on(async {
         let mut sessions = Vec::new();
         for o in opts {
             sessions.push(Session::start(o).map_err(|e| e.to_string())?);
         }
         let live: Vec<_> = sessions.iter_mut().map(|s| s.profiles()).collect();
-        let deadline = Instant::now() + until::patience(began().elapsed());
-        while Instant::now() < deadline {
-            tokio::time::sleep(POLL).await;
-            let now: Vec<Arc<Profile>> = live.iter().map(|rx| rx.borrow().clone()).collect();
-            if seen(&now.iter().map(|p| &**p).collect::<Vec<_>>()) {
-                break;
+        let work = start();
+        if let Ok(w) = &work {
+            let deadline = Instant::now() + until::patience(began().elapsed());
+            while Instant::now() < deadline {
+                tokio::time::sleep(POLL).await;
+                let now: Vec<Arc<Profile>> = live.iter().map(|rx| rx.borrow().clone()).collect();
+                if seen(&now.iter().map(|p| &**p).collect::<Vec<_>>(), w) {
+                    break;
+                }
             }
         }
         let mut out = Vec::new();
         for s in sessions {
             out.push(s.finish().await.map_err(|e| e.to_string())?);
         }
-        Ok(out)
+        Ok((out, work?))
     })
 }

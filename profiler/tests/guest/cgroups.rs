@@ -7,13 +7,14 @@ use std::os::unix::fs::MetadataExt as _;
 use lockprof::{
     cgroups::CgroupFs,
     ebpf::BackendChoice,
+    model::Profile,
     session::{CgroupOptions, SessionOptions},
 };
 
 use super::{
     c_storm::{CStorm, ChildCgroup, record_while},
     checks::{self, Check},
-    options,
+    options, user_stacks,
 };
 
 /// Why the kernel cannot attribute waits to cgroups v2, if so.
@@ -48,20 +49,21 @@ pub fn filter(backend: BackendChoice) -> Check {
         |c: &ChildCgroup| std::fs::metadata(&c.dir).map(|m| m.ino()).map_err(|e| format!("{}: {e}", c.dir.display()));
     let (in_id, out_id) = (id(&inside)?, id(&outside)?);
     let (in_path, out_path) = (format!("/lockprof-{b}-in"), format!("/lockprof-{b}-out"));
-    let a = CStorm::start(4, Some(&inside.dir))?;
-    let o = CStorm::start(4, Some(&outside.dir))?;
-    let both = |ps: &[&lockprof::model::Profile]| {
+    let mut unfiltered = session(backend, &fs, None)?;
+    // The user-stack check of this backend reads this recording first.
+    unfiltered.load.config.user_stacks = 1;
+    let start = || Ok((CStorm::start(4, Some(&inside.dir))?, CStorm::start(4, Some(&outside.dir))?));
+    let both = |ps: &[&Profile], (a, o): &(CStorm, CStorm)| {
         checks::cgroup_filtered(ps[0], in_id, a.pid, o.pid).is_ok()
             && checks::cgroup_attributed(ps[1], (in_id, &in_path), (out_id, &out_path)).is_ok()
     };
-    let ps = record_while(vec![session(backend, &fs, Some(&in_path))?, session(backend, &fs, None)?], &both)?;
+    let (mut ps, (a, o)) = record_while(vec![session(backend, &fs, Some(&in_path))?, unfiltered], start, both)?;
     let (a_pid, o_pid) = (a.pid, o.pid);
     drop((a, o));
-    let said = |r: Check| r.map_err(|e| format!("{e} (in a {:.1} s recording)", ps[0].meta.duration_s));
+    let secs = ps[0].meta.duration_s;
+    let said = |r: Check| r.map_err(|e| format!("{e} (in a {secs:.1} s recording)"));
     let filtered = said(checks::cgroup_filtered(&ps[0], in_id, a_pid, o_pid))?;
-    let unfiltered = said(checks::cgroup_attributed(&ps[1], (in_id, &in_path), (out_id, &out_path)))?;
-    Ok(format!(
-        "--cgroup {in_path}: {filtered}; unfiltered: {unfiltered} (in a {:.1} s recording)",
-        ps[0].meta.duration_s
-    ))
+    let attributed = said(checks::cgroup_attributed(&ps[1], (in_id, &in_path), (out_id, &out_path)))?;
+    user_stacks::remember(backend, ps.remove(1));
+    Ok(format!("--cgroup {in_path}: {filtered}; unfiltered: {attributed} (in a {secs:.1} s recording)"))
 }
