@@ -12,11 +12,12 @@ use std::{
 };
 
 use lockprof::{
+    ebpf::BackendChoice,
     model::Profile,
     session::{Session, SessionOptions},
 };
 
-use super::{POLL, began, runtime, until};
+use super::{POLL, began, options, runtime, until};
 
 /// Where `vm-test` puts the C workload (`$LOCKPROF_TEST_PROGRAM` elsewhere).
 fn program() -> String {
@@ -75,6 +76,15 @@ impl CStorm {
     }
 }
 
+impl CStorm {
+    /// Stops the writers (SIGSTOP) without ending the process: no more
+    /// waits, while its maps stay readable for the user-stack symbolizer.
+    pub fn pause(&self) {
+        // SAFETY: kill(2) on our own child, which is not reaped before drop.
+        unsafe { libc::kill(self.pid as i32, libc::SIGSTOP) };
+    }
+}
+
 impl Drop for CStorm {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -109,15 +119,27 @@ impl Drop for ChildCgroup {
     }
 }
 
+/// The session options of these checks on `backend`: waits only (neither
+/// release functions nor yield_to probed: they do not need them, and under
+/// TCG every trampoline costs seconds to attach).
+pub fn waits_only(backend: BackendChoice) -> SessionOptions {
+    let mut o = options(backend);
+    o.load.holds = false;
+    o.load.yield_to = false;
+    o
+}
+
 /// Records with one session per entry of `opts`; once they are attached,
 /// `start` starts the workload (storms, dropped by the caller after the
 /// sessions finished), and the sessions record until `seen` accepts their
-/// live profiles or the check's time is up. Returns the final profiles and
-/// the workload.
+/// live profiles or the check's time is up; then `pause` stops the
+/// workload, so that every session ends on the same window. Returns the
+/// final profiles and the workload.
 pub fn record_while<T>(
     opts: Vec<SessionOptions>,
     start: impl FnOnce() -> Result<T, String>,
     seen: impl Fn(&[&Profile], &T) -> bool,
+    pause: impl FnOnce(&T),
 ) -> Result<(Vec<Profile>, T), String> {
     runtime().block_on(async {
         let mut sessions = Vec::new();
@@ -135,6 +157,9 @@ pub fn record_while<T>(
                     break;
                 }
             }
+            pause(w);
+            // The writers stop at their next return to user space.
+            tokio::time::sleep(POLL).await;
         }
         let mut out = Vec::new();
         for s in sessions {

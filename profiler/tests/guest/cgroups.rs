@@ -1,6 +1,8 @@
 //! cgroup attribution: two C storms, one in each of two child cgroups of
 //! the cgroup2 mount, recorded by a session filtered to the first (as
-//! `--cgroup` makes it) and an unfiltered one over the same window.
+//! `--cgroup` makes it) and an unfiltered one over the same window (both
+//! attached before the storms start, the storms stopped before either
+//! session ends).
 
 use std::os::unix::fs::MetadataExt as _;
 
@@ -12,9 +14,9 @@ use lockprof::{
 };
 
 use super::{
-    c_storm::{CStorm, ChildCgroup, record_while},
+    c_storm::{CStorm, ChildCgroup, record_while, waits_only},
     checks::{self, Check},
-    options, user_stacks,
+    user_stacks,
 };
 
 /// Why the kernel cannot attribute waits to cgroups v2, if so.
@@ -25,7 +27,7 @@ pub fn missing() -> Option<String> {
 
 /// The session options of `record [--cgroup ROOT]`.
 fn session(backend: BackendChoice, fs: &CgroupFs, root: Option<&str>) -> Result<SessionOptions, String> {
-    let mut o = options(backend);
+    let mut o = waits_only(backend);
     let roots = match root {
         Some(spec) => vec![fs.resolve(spec).map_err(|e| format!("--cgroup {spec}: {e}"))?],
         None => Vec::new(),
@@ -57,13 +59,18 @@ pub fn filter(backend: BackendChoice) -> Check {
         checks::cgroup_filtered(ps[0], in_id, a.pid, o.pid).is_ok()
             && checks::cgroup_attributed(ps[1], (in_id, &in_path), (out_id, &out_path)).is_ok()
     };
-    let (mut ps, (a, o)) = record_while(vec![session(backend, &fs, Some(&in_path))?, unfiltered], start, both)?;
+    let pause = |(a, o): &(CStorm, CStorm)| {
+        a.pause();
+        o.pause();
+    };
+    let (mut ps, (a, o)) = record_while(vec![session(backend, &fs, Some(&in_path))?, unfiltered], start, both, pause)?;
     let (a_pid, o_pid) = (a.pid, o.pid);
     drop((a, o));
     let secs = ps[0].meta.duration_s;
     let said = |r: Check| r.map_err(|e| format!("{e} (in a {secs:.1} s recording)"));
     let filtered = said(checks::cgroup_filtered(&ps[0], in_id, a_pid, o_pid))?;
     let attributed = said(checks::cgroup_attributed(&ps[1], (in_id, &in_path), (out_id, &out_path)))?;
+    let same = said(checks::cgroup_counts_agree(&ps[0], &ps[1], in_id))?;
     user_stacks::remember(backend, ps.remove(1));
-    Ok(format!("--cgroup {in_path}: {filtered}; unfiltered: {attributed} (in a {secs:.1} s recording)"))
+    Ok(format!("--cgroup {in_path}: {filtered}; unfiltered: {attributed}; {same} (in a {secs:.1} s recording)"))
 }

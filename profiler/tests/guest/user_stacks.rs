@@ -11,9 +11,8 @@ use std::{
 use lockprof::{ebpf::BackendChoice, model::Profile};
 
 use super::{
-    c_storm::{CStorm, record_while},
+    c_storm::{CStorm, record_while, waits_only},
     checks::{self, Check},
-    options,
 };
 
 type Recordings = Mutex<HashMap<&'static str, Profile>>;
@@ -49,10 +48,11 @@ pub fn writer(backend: BackendChoice) -> Check {
     {
         return Ok(what);
     }
-    let mut o = options(backend);
+    let mut o = waits_only(backend);
     o.load.config.user_stacks = 1;
     let start = || CStorm::start(4, None);
-    let (mut ps, storm) = record_while(vec![o], start, |ps, _| checks::user_writer_stack(ps[0]).is_ok())?;
+    let seen = |ps: &[&Profile], _: &CStorm| checks::user_writer_stack(ps[0]).is_ok();
+    let (mut ps, storm) = record_while(vec![o], start, seen, CStorm::pause)?;
     drop(storm);
     verdict(&ps.remove(0), "a recording of its own")
 }
