@@ -365,18 +365,6 @@ pub fn cgroup_attributed(p: &Profile, a: (u64, &str), b: (u64, &str)) -> Check {
         .join("; "))
 }
 
-/// A filtered and an unfiltered profile of one window count the cgroup
-/// `id`'s waits alike (within 10%: the sessions detach one after the other,
-/// a few waits apart).
-pub fn cgroup_counts_agree(filtered: &Profile, unfiltered: &Profile, id: u64) -> Check {
-    let count = |p: &Profile| p.cgroups.iter().filter(|c| c.id == id).map(|c| c.wait.count()).sum::<u64>();
-    let (f, u) = (count(filtered), count(unfiltered));
-    if f == 0 || f.abs_diff(u) * 10 > f.max(u) {
-        return Err(format!("cgroup {id}: {f} waits filtered, {u} unfiltered over the same window"));
-    }
-    Ok(format!("cgroup {id}: {f} waits filtered, {u} unfiltered"))
-}
-
 /// The user frames `/lockprof_test raw` writes from, innermost first, after
 /// the kernel frames and their marker.
 pub const WRITER_CHAIN: [&str; 4] = ["[kernel]", "lockprof_test_writer", "lockprof_test_loop", "lockprof_test_thread"];
