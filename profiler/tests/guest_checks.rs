@@ -9,8 +9,8 @@ mod until;
 mod yields;
 
 use lockprof::model::{
-    CallerProfile, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource, Profile, Stats, YieldCaller, YieldPair,
-    YieldProfile, YieldStats,
+    CallerProfile, CgroupLock, CgroupProfile, CgroupShare, DETAIL_SIGFIG, LOCK_SIGFIG, LockProfile, Meta, NameSource,
+    Profile, Stats, YieldCaller, YieldPair, YieldProfile, YieldStats,
 };
 use profiler_common::{LockMode, LockType};
 
@@ -262,4 +262,111 @@ fn checks_drive_their_workload_until_the_budget_is_spent_then_get_the_floor() {
     assert_eq!(until::patience(until::BUDGET - Duration::from_secs(10)), Duration::from_secs(10));
     assert_eq!(until::patience(until::BUDGET - Duration::from_secs(1)), until::FLOOR);
     assert_eq!(until::patience(until::BUDGET * 2), until::FLOOR);
+}
+
+/// A pipe mutex at `addr` with `waits` waits, all from a writer in cgroup `cg`.
+fn pipe_lock(addr: u64, waits: u64, cg: u64) -> LockProfile {
+    let mut l = lock(None, LockType::Mutex, LockMode::Exclusive, "anon_pipe_write");
+    l.addr = addr;
+    l.wait = stats(LOCK_SIGFIG, &vec![1_000; waits as usize]);
+    let c = &mut std::sync::Arc::make_mut(&mut l.callers)[0];
+    c.wait = stats(DETAIL_SIGFIG, &vec![1_000; waits as usize]);
+    c.cgroups = vec![CgroupShare { id: cg, count: waits, wait_ns: waits * 1_000, max_ns: 1_000 }];
+    l
+}
+
+/// A cgroup row with `count` waits on the mutex at `addr`.
+fn cgroup_row(id: u64, path: &str, addr: u64, count: u64) -> CgroupProfile {
+    CgroupProfile {
+        id,
+        name: path.into(),
+        path: Some(path.into()),
+        wait: stats(LOCK_SIGFIG, &vec![1_000; count as usize]),
+        locks: vec![CgroupLock {
+            lock: "pipe".into(),
+            addr,
+            lock_type: LockType::Mutex,
+            mode: LockMode::Exclusive,
+            count,
+            wait_ns: count * 1_000,
+            max_ns: 1_000,
+        }],
+    }
+}
+
+fn task(tid: u32, tgid: u32) -> lockprof::model::TaskProfile {
+    lockprof::model::TaskProfile { tid, tgid, comm: "lockprof_test".into(), wait: stats(LOCK_SIGFIG, &[1_000]) }
+}
+
+#[test]
+fn cgroup_filter_check_refuses_other_cgroups_and_the_outside_storm() {
+    let mut p = profile(vec![pipe_lock(0x10, 50, 7)]);
+    p.cgroups = vec![cgroup_row(7, "/in", 0x10, 50)];
+    p.tasks = vec![task(101, 100)];
+    assert!(checks::cgroup_filtered(&p, 7, 100, 200).is_ok());
+    assert!(checks::cgroup_filtered(&p, 7, 100, 101).is_ok(), "the outside pid is a tgid, not a tid");
+    let mut outside = p.clone();
+    outside.tasks.push(task(201, 200));
+    assert!(checks::cgroup_filtered(&outside, 7, 100, 200).expect_err("outside").contains("outside the cgroup"));
+    let mut stray = p.clone();
+    stray.cgroups.push(cgroup_row(8, "/out", 0x20, 3));
+    assert!(checks::cgroup_filtered(&stray, 7, 100, 200).expect_err("stray").contains("other cgroups"));
+    let mut share = p.clone();
+    std::sync::Arc::make_mut(&mut share.locks[0].callers)[0].cgroups[0].id = 8;
+    assert!(checks::cgroup_filtered(&share, 7, 100, 200).expect_err("share").contains("attributed to cgroup 8"));
+    let few = Profile { locks: vec![pipe_lock(0x10, 3, 7)], ..p.clone() };
+    assert!(checks::cgroup_filtered(&few, 7, 100, 200).expect_err("few").contains("3 pipe mutex waits"));
+    let none = Profile { cgroups: Vec::new(), ..p };
+    assert!(checks::cgroup_filtered(&none, 7, 100, 200).expect_err("no rows").contains("no cgroup rows"));
+}
+
+#[test]
+fn cgroup_attribution_check_wants_each_storms_pipe_in_its_own_cgroup() {
+    let mut p = profile(vec![pipe_lock(0x10, 50, 7), pipe_lock(0x20, 40, 8)]);
+    p.cgroups = vec![cgroup_row(7, "/in", 0x10, 50), cgroup_row(8, "/out", 0x20, 40)];
+    assert!(checks::cgroup_attributed(&p, (7, "/in"), (8, "/out")).is_ok());
+    let mut half = p.clone();
+    half.cgroups[0].locks[0].count = 30;
+    let e = checks::cgroup_attributed(&half, (7, "/in"), (8, "/out")).expect_err("30 of 50");
+    assert!(e.contains("has 30 of the 50 waits"), "{e}");
+    let mut shared = p.clone();
+    shared.cgroups[1].locks[0].addr = 0x10;
+    shared.cgroups[1].locks[0].count = 50;
+    let e = checks::cgroup_attributed(&shared, (7, "/in"), (8, "/out")).expect_err("one pipe");
+    assert!(e.contains("share no pipe"), "{e}");
+    let e = checks::cgroup_attributed(&p, (7, "/in"), (9, "/other")).expect_err("no row");
+    assert!(e.contains("no row for cgroup 9"), "{e}");
+    let e = checks::cgroup_attributed(&p, (7, "/elsewhere"), (8, "/out")).expect_err("path");
+    assert!(e.contains("not /elsewhere"), "{e}");
+    let mut not_pipe = p;
+    not_pipe.locks[0] = lock(None, LockType::Mutex, LockMode::Exclusive, "do_exit");
+    let e = checks::cgroup_attributed(&not_pipe, (7, "/in"), (8, "/out")).expect_err("not a pipe");
+    assert!(e.contains("not a pipe mutex"), "{e}");
+}
+
+#[test]
+fn user_stack_check_wants_the_writer_chain_right_after_the_kernel_marker() {
+    let with = |user: &[&str]| {
+        let mut p = profile(vec![pipe_lock(0x10, 50, 7)]);
+        let c = &mut std::sync::Arc::make_mut(&mut p.locks[0].callers)[0];
+        let mut stack = c.stack.to_vec();
+        stack.extend(user.iter().map(|f| f.to_string()));
+        c.stack = stack.into();
+        p
+    };
+    let good = with(&[
+        "[kernel]",
+        "lockprof_test_writer+0x22 (lockprof_test.c:42)",
+        "lockprof_test_loop+0x15 (lockprof_test.c:53)",
+        "lockprof_test_thread+0x9",
+        "start_thread+0x305",
+    ]);
+    let seen = checks::user_writer_stack(&good).expect("the chain");
+    assert!(seen.contains("lockprof_test_writer+0x22 (lockprof_test.c:42) <- lockprof_test_loop"), "{seen}");
+    let skipped = with(&["[kernel]", "lockprof_test_loop+0x15", "lockprof_test_thread+0x9"]);
+    assert!(checks::user_writer_stack(&skipped).expect_err("writer skipped").contains("in a row"));
+    let no_marker = with(&["lockprof_test_writer+0x22", "lockprof_test_loop+0x15", "lockprof_test_thread+0x9"]);
+    assert!(checks::user_writer_stack(&no_marker).is_err());
+    let no_pipe = profile(vec![lock(None, LockType::Mutex, LockMode::Exclusive, "do_exit")]);
+    assert!(checks::user_writer_stack(&no_pipe).expect_err("no writer").contains("no pipe mutex writer"));
 }

@@ -280,3 +280,125 @@ pub fn tasklist_blame(p: &Profile, kallsyms_has_it: bool) -> Check {
     let tl: Vec<&LockProfile> = p.locks.iter().filter(|l| l.addr == w.addr).collect();
     blame_of("tasklist_lock", &tl, TASKLIST_CALLERS)
 }
+
+/// Waits a storm's share must reach before its attribution is judged.
+pub const MIN_STORM_WAITS: u64 = 20;
+
+/// The pipe mutexes: mutexes contended from the pipe write path.
+fn pipe_mutexes(p: &Profile) -> impl Iterator<Item = &LockProfile> {
+    p.locks.iter().filter(|l| {
+        (l.lock_type == LockType::Mutex || (l.lock_type == LockType::RtMutex && l.rt_base.as_deref() == Some("mutex")))
+            && callers(l).iter().any(|c| c.contains("pipe_write"))
+    })
+}
+
+/// A profile filtered to the cgroup `inside`: every wait is of that cgroup
+/// (its rows and every caller's shares), the storm inside it (`inside_pid`)
+/// was seen on a pipe mutex and the storm outside it (`outside_pid`) not at all.
+pub fn cgroup_filtered(p: &Profile, inside: u64, inside_pid: u32, outside_pid: u32) -> Check {
+    if p.cgroups.is_empty() {
+        return Err("the filtered profile has no cgroup rows".into());
+    }
+    let strays: Vec<(u64, &str, u64)> =
+        p.cgroups.iter().filter(|c| c.id != inside).map(|c| (c.id, c.name.as_str(), c.wait.count())).collect();
+    if !strays.is_empty() {
+        return Err(format!("waits of other cgroups than {inside} in the filtered profile: {strays:?}"));
+    }
+    let shares = p.locks.iter().flat_map(|l| l.callers.iter()).flat_map(|c| c.cgroups.iter());
+    if let Some(s) = shares.clone().find(|s| s.id != inside) {
+        return Err(format!("a caller's waits are attributed to cgroup {} ({} waits), not {inside}", s.id, s.count));
+    }
+    if let Some(t) = p.tasks.iter().find(|t| t.tgid == outside_pid) {
+        return Err(format!("the storm outside the cgroup was recorded: thread {} ({})", t.tid, t.comm));
+    }
+    if !p.tasks.iter().any(|t| t.tgid == inside_pid) {
+        return Err(format!("no thread of the storm inside the cgroup ({inside_pid}) among {} tasks", p.tasks.len()));
+    }
+    let waits: u64 = pipe_mutexes(p).map(|l| l.wait.count()).sum();
+    if waits < MIN_STORM_WAITS {
+        return Err(format!("{waits} pipe mutex waits (want {MIN_STORM_WAITS}) among {:?}", classes(p)));
+    }
+    Ok(format!("{waits} pipe mutex waits, all of cgroup {inside}, none of process {outside_pid}"))
+}
+
+/// An unfiltered profile of two storms, one in cgroup `a`, one in `b`
+/// (`(id, path)` each): each cgroup's most-waited mutex is a pipe mutex
+/// (a different one for each), whose waits are at least 90% that
+/// cgroup's; each cgroup's row names its path.
+pub fn cgroup_attributed(p: &Profile, a: (u64, &str), b: (u64, &str)) -> Check {
+    let mut seen = Vec::new();
+    for (id, path) in [a, b] {
+        let row = p.cgroups.iter().find(|c| c.id == id).ok_or_else(|| {
+            format!(
+                "no row for cgroup {id} ({path}) among {:?}",
+                p.cgroups.iter().map(|c| (c.id, c.path.as_deref(), c.wait.count())).collect::<Vec<_>>()
+            )
+        })?;
+        if row.path.as_deref() != Some(path) {
+            return Err(format!("cgroup {id} is named {:?} with path {:?}, not {path}", row.name, row.path));
+        }
+        let top = row
+            .locks
+            .iter()
+            .filter(|r| r.lock_type == LockType::Mutex || r.lock_type == LockType::RtMutex)
+            .max_by_key(|r| r.count)
+            .ok_or_else(|| format!("cgroup {path} waited on no mutex: {:?}", row.locks))?;
+        let lock = pipe_mutexes(p).find(|l| l.addr == top.addr && l.mode == top.mode).ok_or_else(|| {
+            format!("cgroup {path}'s most-waited mutex {} ({:#x}) is not a pipe mutex", top.lock, top.addr)
+        })?;
+        let all = lock.wait.count();
+        if top.count < MIN_STORM_WAITS || top.count * 10 < all * 9 {
+            return Err(format!(
+                "cgroup {path} has {} of the {all} waits of its pipe mutex {:#x}",
+                top.count, top.addr
+            ));
+        }
+        seen.push((path, top.addr, top.count, all));
+    }
+    if seen[0].1 == seen[1].1 {
+        return Err(format!("both cgroups' pipe mutex is {:#x}: the storms share no pipe", seen[0].1));
+    }
+    Ok(seen
+        .iter()
+        .map(|(p, a, n, all)| format!("{p}: {n} of {all} waits on pipe mutex {a:#x}"))
+        .collect::<Vec<_>>()
+        .join("; "))
+}
+
+/// The user frames `/lockprof_test raw` writes from, innermost first, after
+/// the kernel frames and their marker.
+pub const WRITER_CHAIN: [&str; 4] = ["[kernel]", "lockprof_test_writer", "lockprof_test_loop", "lockprof_test_thread"];
+
+/// A frame's function: `lockprof_test_writer+0x22 (lockprof_test.c:42)`
+/// gives `lockprof_test_writer`.
+fn function(frame: &str) -> &str {
+    let f = frame.split(" (").next().unwrap_or(frame);
+    f.split("+0x").next().unwrap_or(f)
+}
+
+/// A pipe mutex writer's stack joins the writer's user frames to the
+/// kernel's: `[kernel]`, then `lockprof_test_writer`, `lockprof_test_loop`,
+/// `lockprof_test_thread`, in a row.
+pub fn user_writer_stack(p: &Profile) -> Check {
+    let mut writers = Vec::new();
+    for l in pipe_mutexes(p) {
+        for c in l.callers.iter().filter(|c| c.caller.contains("pipe_write")) {
+            let names: Vec<&str> = c.stack.iter().map(|f| function(f)).collect();
+            if names.windows(WRITER_CHAIN.len()).any(|w| w == WRITER_CHAIN) {
+                let at = names.iter().position(|n| *n == WRITER_CHAIN[0]).unwrap_or(0);
+                return Ok(format!(
+                    "{} waits from {} -> {}",
+                    c.wait.count(),
+                    c.caller,
+                    c.stack[at + 1..(at + WRITER_CHAIN.len()).min(c.stack.len())].join(" <- ")
+                ));
+            }
+            writers.push(c.stack.to_vec());
+        }
+    }
+    if writers.is_empty() {
+        return Err(format!("no pipe mutex writer among {:?}", classes(p)));
+    }
+    writers.truncate(2);
+    Err(format!("no writer stack has {WRITER_CHAIN:?} in a row; writer stacks: {writers:?}"))
+}

@@ -5,12 +5,17 @@
 //! own summary and exit status are the verdict `vm-test` reads.
 //!
 //! Usage inside the guest: `guest --test-threads 1` (the VMM of the yield_to
-//! checks is `$LOCKPROF_YIELD_VMM`, default `/yield_vmm`).
+//! checks is `$LOCKPROF_YIELD_VMM`, default `/yield_vmm`; the C workload of
+//! the cgroup and user-stack checks `$LOCKPROF_TEST_PROGRAM`, default
+//! `/lockprof_test`).
 
+mod c_storm;
+mod cgroups;
 mod checks;
 mod facts;
 mod hold_backend;
 mod until;
+mod user_stacks;
 mod yields;
 
 use std::{
@@ -229,6 +234,12 @@ fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
             skip(family(Family::Rwlock).or(holds_missing(f, f.rwlock_write_release()))),
             move || recorded(backend, Workload::Pgrp, |p| checks::tasklist_blame(p, tasklist_in_kallsyms)),
         ),
+        trial(format!("{b}::cgroup_filter"), skip(family(Family::Mutex).or_else(cgroups::missing)), move || {
+            cgroups::filter(backend)
+        }),
+        trial(format!("{b}::user_stacks_name_the_writer"), skip(family(Family::Mutex)), move || {
+            user_stacks::writer(backend)
+        }),
     ]
 }
 

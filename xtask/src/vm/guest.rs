@@ -25,6 +25,8 @@ pub struct Binaries {
     pub tests: PathBuf,
     /// Static yield_to VMM.
     pub vmm: PathBuf,
+    /// Static C workload with known user frames (`profiler/tests/data/ustack/lockprof_test.c`).
+    pub workload: PathBuf,
 }
 
 /// The KVM modules of the guest kernel, dependencies resolved by the caller.
@@ -42,6 +44,11 @@ mount -t tmpfs tmp /tmp
 mount -t tracefs nodev /sys/kernel/tracing
 mount -t debugfs nodev /sys/kernel/debug
 mount -t bpf bpf /sys/fs/bpf
+# cgroup v2 where the kernel has it: the cgroup checks make child cgroups here.
+if grep -qw cgroup2 /proc/filesystems; then
+  mkdir -p /sys/fs/cgroup
+  mount -t cgroup2 cgroup2 /sys/fs/cgroup || echo "cgroup2: mount failed"
+fi
 echo LOCKPROF-VM-BEGIN $(uname -r)
 cd /tmp
 "#;
@@ -99,6 +106,7 @@ pub fn initramfs(
     std::fs::copy(&bins.lockprof, root.join("lockprof"))?;
     std::fs::copy(&bins.tests, root.join("guest"))?;
     std::fs::copy(&bins.vmm, root.join("yield_vmm"))?;
+    std::fs::copy(&bins.workload, root.join("lockprof_test"))?;
     let mut order = String::new();
     for (name, bytes) in modules {
         std::fs::write(root.join("modules").join(format!("{name}.ko")), bytes)?;
@@ -112,7 +120,7 @@ pub fn initramfs(
     std::fs::write(root.join("init"), init(payload))?;
     let out = dir.join("initrd.gz");
     let script = format!(
-        "chmod 755 init lockprof guest yield_vmm bin/busybox && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+        "chmod 755 init lockprof guest yield_vmm lockprof_test bin/busybox && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
         out.display()
     );
     run(Command::new("sh").current_dir(&root).args(["-c", &script])).context("building the initramfs")?;

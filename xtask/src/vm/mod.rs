@@ -75,7 +75,29 @@ fn build() -> Result<Binaries> {
         .find_map(|v| v["executable"].as_str().map(PathBuf::from))
         .context("cargo named no guest test executable")?;
     let release = workspace_root().join(format!("target/{MUSL}/release"));
-    Ok(Binaries { lockprof: release.join("lockprof"), tests, vmm: release.join("examples/yield_vmm") })
+    Ok(Binaries {
+        lockprof: release.join("lockprof"),
+        tests,
+        vmm: release.join("examples/yield_vmm"),
+        workload: c_workload()?,
+    })
+}
+
+/// The user-stack checks' C workload, linked statically (glibc's `libc.a`)
+/// so that the guest needs no loader; frame pointers kept everywhere, so a
+/// frame-pointer walk sees `lockprof_test_thread -> lockprof_test_loop ->
+/// lockprof_test_writer`.
+fn c_workload() -> Result<PathBuf> {
+    let src = workspace_root().join("profiler/tests/data/ustack/lockprof_test.c");
+    let out = vm_dir().join("lockprof_test");
+    std::fs::create_dir_all(vm_dir())?;
+    run(Command::new("cc")
+        .args(["-static", "-O2", "-g", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"])
+        .args(["-fno-optimize-sibling-calls", "-pthread", "-Wl,--build-id=sha1", "-o"])
+        .arg(&out)
+        .arg(&src))
+    .context("building the static C workload (cc -static: needs a C compiler and glibc's libc.a, libc6-dev)")?;
+    Ok(out)
 }
 
 /// One kernel: prepared, booted, parsed.
@@ -147,7 +169,7 @@ fn table(outs: &[Outcome1]) -> String {
     s
 }
 
-/// QEMU, busybox and the unpackers of kernel packages.
+/// QEMU, busybox, the unpackers of kernel packages and a C compiler.
 fn guest_tools() -> Result<()> {
     setup::apt_tools(&[
         ("qemu-system-x86_64", "qemu-system-x86"),
@@ -155,6 +177,7 @@ fn guest_tools() -> Result<()> {
         ("cpio", "cpio"),
         ("xz", "xz-utils"),
         ("zstd", "zstd"),
+        ("cc", "build-essential"),
     ])?;
     Ok(())
 }
