@@ -290,6 +290,8 @@ fn cgroup_row(id: u64, path: &str, addr: u64, count: u64) -> CgroupProfile {
             count,
             wait_ns: count * 1_000,
             max_ns: 1_000,
+            caller: "anon_pipe_write+0x43".into(),
+            user_caller: None,
         }],
     }
 }
