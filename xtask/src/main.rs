@@ -81,7 +81,7 @@ enum Cmd {
         #[arg(long)]
         matrix: bool,
         /// Give up on one guest after this many seconds.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 720)]
         timeout: u64,
         /// Only resolve every kernel package of every suite to its image and modules packages,
         /// from the package indices (no download, no boot); --matrix does this first.
@@ -142,7 +142,7 @@ fn main() -> Result<()> {
                 vm_test(vm::Opts {
                     kernel: None,
                     matrix: true,
-                    timeout: std::time::Duration::from_secs(600),
+                    timeout: std::time::Duration::from_secs(720),
                     check_packages: false,
                 })
             }

@@ -7,7 +7,9 @@ mod svg;
 
 pub use folded::{FoldOptions, folded_lines};
 pub use metric::{Metric, UnknownMetric};
-pub use pprof::{PprofHeader, PprofSample, SampleTypes, build_pprof, encode_pprof, gzip_pprof, pprof_profile, proto};
+pub use pprof::{
+    PprofHeader, PprofSample, SampleTypes, build_pprof, cgroup_parts, encode_pprof, gzip_pprof, pprof_profile, proto,
+};
 pub use svg::{SvgOptions, diff_svg, svg};
 
 /// Export errors.

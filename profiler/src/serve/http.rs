@@ -23,7 +23,7 @@ use super::{
     window::{caller_frames, caller_values, owner_frames, owner_values},
 };
 use crate::{
-    export::{PprofHeader, PprofSample, build_pprof, gzip_pprof},
+    export::{PprofHeader, PprofSample, build_pprof, cgroup_parts, gzip_pprof},
     model::LockProfile,
 };
 
@@ -208,17 +208,29 @@ pub fn render(s: &State, q: &ProfileQuery) -> Result<Vec<u8>, HttpError> {
         }
         None => {
             let types: Vec<String> = p.locks.iter().map(|l| l.type_label()).collect();
+            // Waits are split by the waiters' cgroup (a `cgroup` label); holds are not.
+            let by_cgroup = matches!(q.metric, ProfileMetric::Wait | ProfileMetric::Count);
             build_pprof(
                 &header,
                 p.locks.iter().zip(&types).flat_map(|(l, ty)| {
-                    l.callers.iter().map(move |c| PprofSample {
-                        lock: l.display_name(),
-                        lock_type: ty,
-                        addr: l.addr,
-                        frames: caller_frames(c),
-                        user: c.user.as_deref(),
-                        cgroup: None,
-                        values: q.metric.values(&caller_values(c)),
+                    l.callers.iter().flat_map(move |c| {
+                        let parts: Vec<(Option<&str>, Values)> = if by_cgroup {
+                            cgroup_parts(p, c)
+                                .into_iter()
+                                .map(|(cg, count, wait_ns)| (cg, Values { count, wait_ns, ..Values::default() }))
+                                .collect()
+                        } else {
+                            vec![(None, caller_values(c))]
+                        };
+                        parts.into_iter().map(move |(cgroup, v)| PprofSample {
+                            lock: l.display_name(),
+                            lock_type: ty,
+                            addr: l.addr,
+                            frames: caller_frames(c),
+                            user: c.user.as_deref(),
+                            cgroup,
+                            values: q.metric.values(&v),
+                        })
                     })
                 }),
             )

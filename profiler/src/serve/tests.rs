@@ -82,3 +82,40 @@ fn values_grow_or_restart() {
     assert_eq!(a.since(&b), a, "a row that shrank was created again: all of it is new");
     assert!(a.since(&a).is_zero());
 }
+
+#[test]
+fn served_wait_profiles_split_callers_by_cgroup() {
+    use std::io::Read as _;
+
+    use prost::Message as _;
+
+    use crate::{export::proto, report::fixture, serve::http::ProfileQuery};
+    let opts = ServeOptions {
+        listen: ([127, 0, 0, 1], 0).into(),
+        window: std::time::Duration::from_secs(60),
+        max_series: 10,
+        max_cgroups: 10,
+        max_window_entries: 1000,
+    };
+    let mut state = State::new(&opts);
+    let p = fixture::profile_with_cgroups();
+    state.update(Arc::new(p.clone()), std::time::Instant::now());
+    let decode = |gz: Vec<u8>| {
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz.as_slice()).read_to_end(&mut raw).expect("gunzip");
+        proto::Profile::decode(raw.as_slice()).expect("decode")
+    };
+    let d = decode(http::render(&state, &ProfileQuery { seconds: None, metric: ProfileMetric::Wait }).expect("render"));
+    let st = |i: i64| d.string_table[i as usize].clone();
+    let mut labels: Vec<(String, i64)> = d
+        .sample
+        .iter()
+        .filter_map(|s| s.label.iter().find(|l| st(l.key) == "cgroup").map(|l| (st(l.str), s.value[1])))
+        .collect();
+    labels.sort();
+    let want =
+        [("cron.service", 4_000), ("cron.service", 96_000), ("docker:3f2a9c1b7d4e", 2_700), ("nginx.service", 500)];
+    assert_eq!(labels, want.map(|(c, w)| (c.to_string(), w)), "one sample per (caller, cgroup)");
+    let total: i64 = d.sample.iter().map(|s| s.value[1]).sum();
+    assert_eq!(total as u64, p.locks.iter().map(|l| l.wait.total_ns()).sum::<u64>());
+}

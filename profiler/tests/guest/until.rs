@@ -1,7 +1,7 @@
 //! How long a check may drive its workload. A check records until it has
 //! seen what it checks (its own verdict on the live profile), so a slow or
 //! busy guest only makes it run longer; the deadline, well inside the time
-//! `vm-test` gives a guest (600 s, booting included), only bounds a check
+//! `vm-test` gives a guest (720 s, booting included), only bounds a check
 //! that cannot pass, which then fails with what it saw.
 
 use std::time::Duration;
@@ -13,7 +13,10 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// Time since the binary began past which checks get only [`FLOOR`]: a
 /// kernel on which many checks fail still reports every one before
 /// `vm-test` kills the guest.
-pub const BUDGET: Duration = Duration::from_secs(360);
+// The newest kernel's checks take ~320 s on this 2-CPU host under TCG
+// when all pass (cgroup and user-stack checks included): room for a
+// machine a third slower.
+pub const BUDGET: Duration = Duration::from_secs(450);
 
 /// The least a check gets, even past the budget.
 pub const FLOOR: Duration = Duration::from_secs(3);
@@ -23,6 +26,6 @@ pub fn patience(elapsed: Duration) -> Duration {
     PATIENCE.min(BUDGET.saturating_sub(elapsed)).max(FLOOR)
 }
 
-// The budget and one last full check fit in the 600 s `vm-test` gives a
+// The budget and one last full check fit in the 720 s `vm-test` gives a
 // guest, with room left for booting and the checks past the budget.
-const _: () = assert!(BUDGET.as_secs() + PATIENCE.as_secs() <= 420);
+const _: () = assert!(BUDGET.as_secs() + PATIENCE.as_secs() <= 540);
