@@ -104,8 +104,9 @@ pub struct Config {
     pub filter_cgroup: u32,
     /// Non-zero: record each waiter's user stack with its kernel stack.
     pub user_stacks: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// lockprof's own process: its futex waits (its idle threads) are not
+    /// recorded (0: none excluded).
+    pub self_tgid: u32,
 }
 
 /// `Config::kfuncs` bit: `bpf_get_kmem_cache` (6.13+) is callable.
@@ -132,7 +133,7 @@ impl Config {
         cgroups: 0,
         filter_cgroup: 0,
         user_stacks: 0,
-        _pad: 0,
+        self_tgid: 0,
     };
 
     /// Whether a type or process filter is on (then unmatched ends are expected).

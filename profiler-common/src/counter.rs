@@ -60,8 +60,24 @@ pub const STACKS_STORED: u32 = 20;
 pub const USER_STACK_FAILED: u32 = 21;
 /// User stacks stored in the user stack map (each announced to userspace).
 pub const USER_STACKS_STORED: u32 = 22;
+/// Futex waits (system calls that may sleep) seen.
+pub const FUTEX_WAITS: u32 = 23;
+/// Futex waits that continued their thread's previous contention on the
+/// same word (a lock loop's retry): time added, not counted again.
+pub const FUTEX_REWAITS: u32 = 24;
+/// Futex waits that returned `EAGAIN`: the word had changed, no sleep.
+pub const FUTEX_AGAIN: u32 = 25;
+/// Futex waits that timed out.
+pub const FUTEX_TIMED_OUT: u32 = 26;
+/// Futex waits interrupted by a signal.
+pub const FUTEX_INTERRUPTED: u32 = 27;
+/// Futex waits that failed otherwise (bad address, deadlock, ...): not
+/// measured.
+pub const FUTEX_FAILED: u32 = 28;
+/// The futex wait map had no room: that wait is not measured.
+pub const FUTEX_MAP_FULL: u32 = 29;
 /// Number of counters.
-pub const COUNT: u32 = 23;
+pub const COUNT: u32 = 30;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -88,6 +104,13 @@ pub const NAMES: [&str; COUNT as usize] = [
     "stacks_stored",
     "user_stack_failed",
     "user_stacks_stored",
+    "futex_waits",
+    "futex_rewaits",
+    "futex_again",
+    "futex_timed_out",
+    "futex_interrupted",
+    "futex_failed",
+    "futex_map_full",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what

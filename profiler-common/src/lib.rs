@@ -10,6 +10,7 @@
 mod aggregate;
 mod config;
 pub mod counter;
+pub mod futex;
 mod ident;
 mod layout;
 mod lock;
@@ -40,9 +41,9 @@ pub use record::{
     UserStackEvent, YieldEvent, record_size,
 };
 pub use stack::{
-    NO_STACK_BASE, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, StackId, StoredStack, StoredUserStack,
-    USER_STACK_NONE, USER_STACK_OFF, USER_STACK_SEED, is_stack, stack_errno, stack_error, stack_hash_finish,
-    stack_hash_step, stack_id_of, user_stack_id_of, user_stack_seed,
+    NO_STACK_BASE, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, STACK_USER_LOCK, StackId, StoredStack,
+    StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, USER_STACK_SEED, is_stack, stack_errno, stack_error,
+    stack_hash_finish, stack_hash_step, stack_id_of, user_stack_id_of, user_stack_seed,
 };
 pub use state::{
     ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT,

@@ -15,6 +15,9 @@ pub mod lcb {
     pub const PERCPU: u32 = 1 << 4;
     /// struct mutex.
     pub const MUTEX: u32 = 1 << 5;
+    /// lockprof's own flag, beyond the kernel's: a user-space futex wait
+    /// (with [`RT`]: a priority-inheritance futex, `FUTEX_LOCK_PI`).
+    pub const FUTEX: u32 = 1 << 16;
 }
 
 /// `LCB_F_*`-style flags of the probed slowpaths, by function family.
@@ -60,6 +63,12 @@ pub enum LockType {
     RwlockRt = 6,
     /// percpu_rw_semaphore.
     PercpuRwsem = 7,
+    /// A user-space futex wait (a `pthread_mutex_t`, a Rust `Mutex`, but also
+    /// a condition variable or an idle thread pool: the kernel cannot tell).
+    Futex = 8,
+    /// A priority-inheritance futex (`FUTEX_LOCK_PI`): a lock by definition,
+    /// and its word names the owner.
+    FutexPi = 9,
 }
 
 /// Which side of the lock the waiter wanted.
@@ -76,7 +85,7 @@ pub enum LockMode {
 
 impl LockType {
     /// Every type, in discriminant order.
-    pub const ALL: [LockType; 8] = [
+    pub const ALL: [LockType; 10] = [
         LockType::Unknown,
         LockType::Spinlock,
         LockType::Rwlock,
@@ -85,6 +94,8 @@ impl LockType {
         LockType::RtMutex,
         LockType::RwlockRt,
         LockType::PercpuRwsem,
+        LockType::Futex,
+        LockType::FutexPi,
     ];
 
     /// Bit of this type in `Config::type_mask`.
@@ -95,7 +106,9 @@ impl LockType {
     /// Classifies contention flags the way `perf lock contention` does.
     pub const fn from_flags(flags: u32) -> LockType {
         let rw = flags & (lcb::READ | lcb::WRITE) != 0;
-        if flags & lcb::MUTEX != 0 {
+        if flags & lcb::FUTEX != 0 {
+            if flags & lcb::RT != 0 { LockType::FutexPi } else { LockType::Futex }
+        } else if flags & lcb::MUTEX != 0 {
             LockType::Mutex
         } else if flags & lcb::RT != 0 {
             if rw { LockType::RwlockRt } else { LockType::RtMutex }
@@ -117,6 +130,12 @@ impl LockType {
     /// rwsems and rwlocks), so waits on it can be blamed.
     pub const fn records_owner(self) -> bool {
         matches!(self, LockType::Mutex | LockType::Rwsem | LockType::RtMutex | LockType::RwlockRt)
+    }
+
+    /// Whether the lock lives in a process's address space (a futex): its
+    /// address means something only together with the process.
+    pub const fn is_user(self) -> bool {
+        matches!(self, LockType::Futex | LockType::FutexPi)
     }
 }
 
@@ -159,11 +178,15 @@ mod tests {
             (MUTEX, LockType::Mutex, LockMode::Exclusive),
             (MUTEX | SPIN, LockType::Mutex, LockMode::Exclusive),
             (0, LockType::Unknown, LockMode::Exclusive),
+            (FUTEX, LockType::Futex, LockMode::Exclusive),
+            (FUTEX | RT, LockType::FutexPi, LockMode::Exclusive),
         ];
         for (flags, ty, mode) in cases {
             assert_eq!(LockType::from_flags(flags), ty, "flags {flags:#x}");
             assert_eq!(LockMode::from_flags(flags), mode, "flags {flags:#x}");
         }
         assert!(is_spinning(SPIN | WRITE) && !is_spinning(SPIN | MUTEX) && !is_spinning(READ));
+        assert!(!is_spinning(FUTEX) && LockType::FutexPi.is_user() && !LockType::Mutex.is_user());
+        assert_eq!(LockType::ALL.iter().position(|t| *t == LockType::FutexPi), Some(LockType::FutexPi as usize));
     }
 }

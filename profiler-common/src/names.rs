@@ -64,6 +64,8 @@ pub mod map {
     pub const USER_STACKS: &str = "USER_STACKS";
     /// Per-CPU buffer a user stack is walked into before it is stored.
     pub const USER_STACK_SCRATCH: &str = "USER_STACK_SCRATCH";
+    /// Futex contentions in progress, per thread.
+    pub const FUTEX_WAITS: &str = "FUTEX_WAITS";
 
     /// Every map of the product object.
     pub const ALL: &[&str] = &[
@@ -95,6 +97,7 @@ pub mod map {
         CGROUP_FILTER,
         USER_STACKS,
         USER_STACK_SCRATCH,
+        FUTEX_WAITS,
     ];
 }
 
@@ -212,6 +215,17 @@ pub mod prog {
     /// The `kmem_cache` iterator.
     pub const SLAB_CACHES: &str = "slab_caches";
 
+    /// `syscalls:sys_enter_futex`.
+    pub const FUTEX_ENTER: &str = "futex_enter";
+    /// `syscalls:sys_enter_futex_wait` (6.7+).
+    pub const FUTEX_WAIT_ENTER: &str = "futex_wait_enter";
+    /// `syscalls:sys_enter_futex_waitv` (5.16+).
+    pub const FUTEX_WAITV_ENTER: &str = "futex_waitv_enter";
+    /// `syscalls:sys_enter_futex_wake` (6.7+).
+    pub const FUTEX_WAKE_ENTER: &str = "futex_wake_enter";
+    /// `syscalls:sys_exit_futex`, `sys_exit_futex_wait` and `sys_exit_futex_waitv`.
+    pub const FUTEX_EXIT: &str = "futex_exit";
+
     /// Every program of the product object.
     pub const ALL: &[&str] = &[
         SLAB_CACHES,
@@ -267,7 +281,35 @@ pub mod prog {
         FX_YIELD_TO,
         KP_YIELD_TO,
         KRP_YIELD_TO,
+        FUTEX_ENTER,
+        FUTEX_WAIT_ENTER,
+        FUTEX_WAITV_ENTER,
+        FUTEX_WAKE_ENTER,
+        FUTEX_EXIT,
     ];
+}
+
+/// The futex system calls' tracepoints (category `syscalls`), each with the
+/// program attached to it; a kernel without one (5.10 has no `futex_wait`)
+/// goes without it.
+pub mod futex {
+    use super::prog;
+
+    /// Tracepoint category.
+    pub const CATEGORY: &str = "syscalls";
+    /// (tracepoint, program), in attach order: exits before entries, so no
+    /// entry is recorded whose return would be missed.
+    pub const TRACEPOINTS: &[(&str, &str)] = &[
+        ("sys_exit_futex", prog::FUTEX_EXIT),
+        ("sys_exit_futex_wait", prog::FUTEX_EXIT),
+        ("sys_exit_futex_waitv", prog::FUTEX_EXIT),
+        ("sys_enter_futex", prog::FUTEX_ENTER),
+        ("sys_enter_futex_wait", prog::FUTEX_WAIT_ENTER),
+        ("sys_enter_futex_waitv", prog::FUTEX_WAITV_ENTER),
+        ("sys_enter_futex_wake", prog::FUTEX_WAKE_ENTER),
+    ];
+    /// The one every futex-capable kernel has: without it, no futex tracing.
+    pub const REQUIRED: &str = "sys_enter_futex";
 }
 
 /// The benchmark floor (only in objects built with the `floor` feature).

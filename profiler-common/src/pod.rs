@@ -15,6 +15,7 @@ pod!(
     super::ContentionEvent,
     super::YieldEvent,
     super::PendingWait,
+    super::futex::FutexWait,
     super::CachedStack,
     super::Config,
     super::AggKey,

@@ -36,6 +36,11 @@ pub const USER_STACK_OFF: StackId = u64::MAX - 2;
 /// kernel stack is the whole story.
 pub const USER_STACK_NONE: StackId = u64::MAX - 3;
 
+/// Kernel stack of a user-space lock's wait (a futex): the kernel part is
+/// the system call's entry and nothing else, so it is not walked; the
+/// user stack is the wait's stack.
+pub const STACK_USER_LOCK: StackId = u64::MAX - 4;
+
 /// The stack could not be captured or stored: `errno` (positive) says why.
 #[inline(always)]
 pub const fn stack_error(errno: u32) -> StackId {

@@ -13,6 +13,7 @@
 //! - [`owners`]: who holds a lock when a wait begins (blame);
 //! - [`holds`]: hold times from the release functions;
 //! - [`yields`]: KVM directed yield (`yield_to`);
+//! - [`futex`]: user-space locks from the futex system calls;
 //! - `floor` (feature `floor`, benchmarks only): counting-only programs.
 //!
 //! Cost model: everything costly (the stack walk) happens when a wait
@@ -27,6 +28,7 @@ mod backends;
 mod context;
 #[cfg(feature = "floor")]
 mod floor;
+mod futex;
 mod holds;
 mod identity;
 mod maps;

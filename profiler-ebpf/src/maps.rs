@@ -12,6 +12,7 @@ use profiler_common::{
     DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart,
     Holder, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget,
     StackId, StoredStack, StoredUserStack, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart, counter,
+    futex::{FUTEX_WAIT_ENTRIES, FutexWait},
 };
 
 /// Filters and knobs, written by userspace before load.
@@ -103,6 +104,12 @@ pub static USER_STACKS: LruHashMap<StackId, StoredUserStack> = LruHashMap::with_
 /// The user stack being captured, per CPU.
 #[map]
 pub static USER_STACK_SCRATCH: PerCpuArray<StoredUserStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// Futex contentions in progress, per thread id (see `futex`); userspace
+/// reaps the entries of exited threads and sizes the map to one entry when
+/// futex tracing is off.
+#[map]
+pub static FUTEX_WAITS: HashMap<u32, FutexWait> = HashMap::with_max_entries(FUTEX_WAIT_ENTRIES, 0);
 
 /// Identities of lock addresses, confirmed in the kernel (see `identity`).
 #[map]

@@ -193,6 +193,53 @@ fn budget_allows(limit: u32, now: u64) -> bool {
     true
 }
 
+/// The user stack for a new futex wait of thread `tid` on `uaddr` (its
+/// kernel stack is [`profiler_common::STACK_USER_LOCK`]), under the same
+/// budget and cache as [`stack_for`]; [`USER_STACK_OFF`] without user stacks.
+#[inline(always)]
+pub fn user_stack_for<C: StackIdContext>(
+    ctx: &C,
+    cfg: &Config,
+    now: u64,
+    uaddr: u64,
+    flags: u32,
+    ids: (u32, u32),
+) -> StackId {
+    let (tid, tgid) = ids;
+    if cfg.user_stacks == 0 {
+        return USER_STACK_OFF;
+    }
+    let cached = STACK_CACHE.get_ptr_mut(tid % STACK_CACHE_SLOTS);
+    if budget_allows(cfg.stacks_per_window, now) {
+        let user_id = capture_user(ctx, cfg, tgid);
+        if let Some(c) = cached {
+            // SAFETY: this CPU's cache entry from a successful lookup, valid
+            // for the map's lifetime (see `context` for concurrent updates).
+            unsafe {
+                *c = CachedStack {
+                    lock_addr: uaddr,
+                    stack_id: profiler_common::STACK_USER_LOCK,
+                    user_stack_id: user_id,
+                    tid,
+                    flags,
+                }
+            };
+        }
+        return user_id;
+    }
+    // SAFETY: as above; only read.
+    match cached.map(|c| unsafe { *c }) {
+        Some(c) if c.tid == tid && c.lock_addr == uaddr && c.flags == flags && is_stack(c.user_stack_id) => {
+            count(counter::STACK_REUSED);
+            c.user_stack_id
+        }
+        _ => {
+            count(counter::STACK_SKIPPED);
+            STACK_SKIPPED
+        }
+    }
+}
+
 /// The stacks for a new wait (or call) of thread `tid`, kernel and user
 /// (`with_user`: the configuration asks for user stacks and the program
 /// records them): walked when the budget allows (one budget unit for both,

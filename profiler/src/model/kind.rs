@@ -13,6 +13,8 @@ pub fn type_name(t: LockType) -> &'static str {
         LockType::RtMutex => "rt-mutex",
         LockType::RwlockRt => "rwlock-rt",
         LockType::PercpuRwsem => "percpu-rwsem",
+        LockType::Futex => "futex",
+        LockType::FutexPi => "futex-pi",
     }
 }
 
@@ -43,6 +45,7 @@ pub fn parse_type(s: &str) -> Option<LockType> {
         "rw_semaphore" | "rw-semaphore" => Some(LockType::Rwsem),
         "rtmutex" | "rt_mutex" => Some(LockType::RtMutex),
         "percpu-rwsem" | "pcpu-sem" | "percpu_rwsem" => Some(LockType::PercpuRwsem),
+        "pi-futex" | "futex_pi" | "pi" => Some(LockType::FutexPi),
         _ => None,
     })
 }
