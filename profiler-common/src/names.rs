@@ -308,8 +308,8 @@ pub mod futex {
         ("sys_enter_futex_waitv", prog::FUTEX_WAITV_ENTER),
         ("sys_enter_futex_wake", prog::FUTEX_WAKE_ENTER),
     ];
-    /// The one every futex-capable kernel has: without it, no futex tracing.
-    pub const REQUIRED: &str = "sys_enter_futex";
+    /// The ones every futex-capable kernel has: without them, no futex tracing.
+    pub const REQUIRED: &[&str] = &["sys_exit_futex", "sys_enter_futex"];
 }
 
 /// The benchmark floor (only in objects built with the `floor` feature).

@@ -186,6 +186,13 @@ mod tests {
             added,
             [
                 "cgroup_keys_overflow",
+                "futex_again",
+                "futex_failed",
+                "futex_interrupted",
+                "futex_map_full",
+                "futex_rewaits",
+                "futex_timed_out",
+                "futex_waits",
                 "map_ops_refused",
                 "stacks_evicted",
                 "stacks_read",

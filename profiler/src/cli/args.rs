@@ -73,7 +73,15 @@ pub struct SessionArgs {
     /// truncated stacks (counted as user_stack_truncated).
     #[arg(long)]
     pub user_stacks: bool,
-    /// Only these lock types, comma separated: mutex, rwsem, rwlock, spinlock, rt-mutex, rwlock-rt, percpu-rwsem.
+    /// Also trace user-space locks: futex waits (pthread mutexes, Rust and C++
+    /// mutexes, runtime locks; also condition variables and idle thread pools,
+    /// which the kernel cannot tell apart: those show as type futex), keyed by
+    /// process and futex address, with their user stacks (implies
+    /// --user-stacks). PI futexes show as futex-pi with exact owners.
+    #[arg(long)]
+    pub futex: bool,
+    /// Only these lock types, comma separated: mutex, rwsem, rwlock, spinlock, rt-mutex, rwlock-rt, percpu-rwsem,
+    /// futex, futex-pi (these two imply --futex).
     #[arg(long = "type", short = 't', value_name = "TYPES", value_delimiter = ',', value_parser = values::lock_type)]
     pub types: Vec<LockType>,
     /// Wait backend.

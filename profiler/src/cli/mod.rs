@@ -34,6 +34,7 @@ impl SessionArgs {
             ("--cgroup", !self.cgroup.is_empty()),
             ("--no-cgroups", self.no_cgroups),
             ("--user-stacks", self.user_stacks),
+            ("--futex", self.futex),
             ("--backend", self.backend != BackendChoice::Auto),
             ("--no-yield-to", self.no_yield_to),
             ("--no-holds", self.no_holds),
@@ -100,7 +101,10 @@ impl TryFrom<&SessionArgs> for SessionOptions {
         }
         o.load.config.cgroups = u32::from(cgroups.is_some() && !a.no_cgroups);
         o.load.config.filter_cgroup = u32::from(!a.cgroup.is_empty());
-        o.load.config.user_stacks = u32::from(a.user_stacks);
+        // User-space locks: asked for, or selected by type. Their stack is a
+        // user stack (a futex wait's kernel stack is the syscall entry).
+        o.load.futex = a.futex || a.types.iter().any(|t| t.is_user());
+        o.load.config.user_stacks = u32::from(a.user_stacks || o.load.futex);
         o.cgroups = cgroups;
         let c = &mut o.load.config;
         c.type_mask = if a.types.is_empty() { u32::MAX } else { a.types.iter().fold(0, |m, t| m | t.bit()) };

@@ -2,8 +2,9 @@
 //! `bpf_lock_contention.c`: the kernel's BTF read once; the object loaded
 //! (offsets, kfuncs, map sizes); the filters set; then each family attached
 //! (holds first, so that hold tracking is on before the first wait ends;
-//! then yield_to; then the first wait backend that attaches); then the lock
-//! naming methods; and the maps handed to the session.
+//! then yield_to; then the first wait backend that attaches; then, with
+//! `--futex`, the futex system calls); then the lock naming methods; and
+//! the maps handed to the session.
 
 use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 
@@ -18,8 +19,8 @@ use profiler_common::{
 };
 
 use super::{
-    AggMaps, CgroupFilter, KernelCounters, KernelStacks, KernelUserStacks, LoadOptions, PendingMaps, TracefsError,
-    WaitBackend,
+    AggMaps, CgroupFilter, FutexMaps, KernelCounters, KernelStacks, KernelUserStacks, LoadOptions, PendingMaps,
+    TracefsError, WaitBackend,
     attach_error::AttachError,
     backend::{BackendFailure, attach_tp_btf, attach_tracepoint},
     btf::{BtfError, Types},
@@ -73,6 +74,7 @@ pub struct Probes {
     backend: WaitBackend,
     hold: Result<ProbeKind, Unavailable>,
     yield_kind: Result<ProbeKind, Unavailable>,
+    futex: Result<Vec<&'static str>, Unavailable>,
     notes: Vec<String>,
     slabs: Option<SlabIter>,
     blob: Option<Vec<u8>>,
@@ -362,6 +364,14 @@ impl Probes {
             }),
         };
         let backend = attach_wait_backend(&mut ebpf, opts, btf, &mut notes)?;
+        let futex = if opts.futex {
+            super::futex::attach(&mut ebpf, &mut notes)
+        } else {
+            Err(Unavailable { reason: "futex waits are traced with --futex".into(), detail: String::new() })
+        };
+        if let (true, Err(u)) = (opts.futex, &futex) {
+            notes.push(u.reason.clone());
+        }
 
         // Naming, with what attached.
         let (naming, slabs) = naming(&mut ebpf, &config, types.as_ref(), btf, backend);
@@ -370,7 +380,7 @@ impl Probes {
             log::info!("{n}");
         }
         let blob = kernel.blob.ok().filter(|_| naming.struct_fields);
-        Ok(Probes { ebpf, backend, hold, yield_kind, notes, slabs, blob })
+        Ok(Probes { ebpf, backend, hold, yield_kind, futex, notes, slabs, blob })
     }
 
     /// The attached backend.
@@ -381,6 +391,11 @@ impl Probes {
     /// The hold backend, or why there is none.
     pub fn hold(&self) -> Result<ProbeKind, &Unavailable> {
         self.hold.as_ref().copied()
+    }
+
+    /// The futex tracepoints attached, or why futex waits are not traced.
+    pub fn futex(&self) -> Result<&[&'static str], &Unavailable> {
+        self.futex.as_ref().map(Vec::as_slice)
     }
 
     /// How `yield_to` is probed, or why it is not.
@@ -443,6 +458,11 @@ impl Probes {
     pub fn take_identities(&mut self) -> Result<KernelIdentities, LoadError> {
         let map = HashMap::try_from(self.take(map::IDENTITIES)?).map_err(map_err(map::IDENTITIES))?;
         Ok(KernelIdentities::new(map, self.slabs.take(), self.blob.take()))
+    }
+
+    /// Takes the futex wait map (once).
+    pub fn take_futex(&mut self) -> Result<FutexMaps, LoadError> {
+        Ok(FutexMaps::new(HashMap::try_from(self.take(map::FUTEX_WAITS)?).map_err(map_err(map::FUTEX_WAITS))?))
     }
 
     /// Takes the pending-wait maps (once).

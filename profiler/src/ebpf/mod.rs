@@ -11,6 +11,7 @@ mod caps;
 pub mod features;
 #[cfg(feature = "bench")]
 mod floor;
+mod futex;
 mod identities;
 mod kfuncs;
 mod load;
@@ -29,8 +30,8 @@ pub use floor::FloorProbes;
 pub use identities::{KernelIdentities, NamingMethods};
 pub use load::{LoadError, Probes};
 pub use maps::{
-    AggMaps, CgroupFilter, CounterValues, KernelCounters, KernelStacks, KernelUserStacks, PendingMaps, merge_cpus,
-    recursion_misses,
+    AggMaps, CgroupFilter, CounterValues, FutexMaps, KernelCounters, KernelStacks, KernelUserStacks, PendingMaps,
+    merge_cpus, recursion_misses,
 };
 pub use object::{LoadOptions, object_bytes};
 pub use tracefs::{TraceFs, TracefsError};

@@ -6,6 +6,7 @@ use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
     Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, Layout,
     TaskOffsets, TpOffsets,
+    futex::FUTEX_WAIT_ENTRIES,
     names::{self, map},
 };
 
@@ -47,6 +48,8 @@ pub struct LoadOptions {
     pub yield_to: bool,
     /// Probe `yield_to` only this way (default: fentry, then kprobe).
     pub yield_probe: Option<ProbeKind>,
+    /// Trace futex waits (user-space locks) at the futex system calls.
+    pub futex: bool,
 }
 
 impl Default for LoadOptions {
@@ -63,6 +66,7 @@ impl Default for LoadOptions {
             holds: true,
             yield_to: true,
             yield_probe: None,
+            futex: false,
         }
     }
 }
@@ -96,6 +100,7 @@ pub(super) fn load_object(
         task: task.unwrap_or_default(),
         layout: types.map_or(Layout::UNKNOWN, layout),
         kfuncs,
+        self_tgid: std::process::id(),
         ..opts.config
     };
     let ebpf = EbpfLoader::new()
@@ -105,6 +110,7 @@ pub(super) fn load_object(
         // The user stack map costs ~1 KiB per entry: sized only when used.
         .map_max_entries(map::USER_STACKS, if opts.config.user_stacks != 0 { opts.stack_entries } else { 1 })
         .map_max_entries(map::PENDING, opts.pending_entries)
+        .map_max_entries(map::FUTEX_WAITS, if opts.futex { FUTEX_WAIT_ENTRIES } else { 1 })
         .map_max_entries(map::AGG_A, opts.agg_entries)
         .map_max_entries(map::AGG_B, opts.agg_entries)
         .load(object.bytes())?;

@@ -57,6 +57,11 @@ impl TraceFs {
         self.root.join("events/lock/contention_begin").is_dir() && self.root.join("events/lock/contention_end").is_dir()
     }
 
+    /// Whether tracepoint `category/name` exists.
+    pub fn has_event(&self, category: &str, name: &str) -> bool {
+        self.root.join("events").join(category).join(name).is_dir()
+    }
+
     /// Offset of `field` in the record of tracepoint `category/name`.
     pub fn field_offset(&self, category: &str, name: &str, field: &str) -> Option<u32> {
         let text = std::fs::read_to_string(self.root.join("events").join(category).join(name).join("format")).ok()?;

@@ -110,11 +110,13 @@ pub struct Losses {
     /// User stacks the kernel's map forgot before they were read (raise
     /// `--stack-map-size`).
     pub user_stacks_evicted: u64,
+    /// Too many threads in futex waits at once (`--futex`): that wait not measured.
+    pub futex_map_full: u64,
 }
 
 impl Losses {
     /// Every loss counter, in display order.
-    pub const LIST: [Field<Losses>; 17] = [
+    pub const LIST: [Field<Losses>; 18] = [
         field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
         field!(kernel(counter::STACK_FAILED), stack_failed),
         field!(user::STACKS_EVICTED, stacks_evicted),
@@ -132,6 +134,7 @@ impl Losses {
         field!(kernel(counter::USER_STACK_FAILED), user_stack_failed),
         field!(user::USER_STACKS_UNPINNED, user_stacks_unpinned),
         field!(user::USER_STACKS_EVICTED, user_stacks_evicted),
+        field!(kernel(counter::FUTEX_MAP_FULL), futex_map_full),
     ];
 }
 
@@ -189,11 +192,24 @@ pub struct Bookkeeping {
     /// Waits folded into the `[other cgroups]` row at the cgroup cap
     /// (totals stay exact).
     pub cgroup_keys_overflow: u64,
+    /// Futex waits (system calls that may sleep) seen (`--futex`).
+    pub futex_waits: u64,
+    /// Futex waits that continued their thread's contention on the same word
+    /// (a lock loop's retry): one contention, its time added.
+    pub futex_rewaits: u64,
+    /// Futex waits that returned at once because the word had changed (EAGAIN).
+    pub futex_again: u64,
+    /// Futex waits that timed out.
+    pub futex_timed_out: u64,
+    /// Futex waits interrupted by a signal.
+    pub futex_interrupted: u64,
+    /// Futex waits that failed otherwise (bad address, PI deadlock): not measured.
+    pub futex_failed: u64,
 }
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 23] = [
+    pub const LIST: [Field<Bookkeeping>; 29] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -217,6 +233,12 @@ impl Bookkeeping {
         field!(kernel(counter::USER_STACKS_STORED), user_stacks_stored),
         field!(user::USER_STACK_TRUNCATED, user_stack_truncated),
         field!(user::CGROUP_KEYS_OVERFLOW, cgroup_keys_overflow),
+        field!(kernel(counter::FUTEX_WAITS), futex_waits),
+        field!(kernel(counter::FUTEX_REWAITS), futex_rewaits),
+        field!(kernel(counter::FUTEX_AGAIN), futex_again),
+        field!(kernel(counter::FUTEX_TIMED_OUT), futex_timed_out),
+        field!(kernel(counter::FUTEX_INTERRUPTED), futex_interrupted),
+        field!(kernel(counter::FUTEX_FAILED), futex_failed),
     ];
 }
 

@@ -77,6 +77,8 @@ mod tests {
             addr,
             lock_type: LockType::Rwsem,
             mode: LockMode::Write,
+            pid: None,
+            process: None,
             name: name.map(str::to_string),
             name_source: source,
             class: class.into(),

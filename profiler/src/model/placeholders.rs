@@ -14,6 +14,9 @@ pub const OTHER_OWNERS: &str = "[other owners: key limit reached]";
 pub const OTHER_STACKS: &str = "[other stacks: key limit reached]";
 /// A stack skipped under `--stack-rate`.
 pub const STACK_SKIPPED: &str = "[stack not captured: --stack-rate budget spent]";
+/// The kernel stack of a user-space lock's wait or owner: not walked (the
+/// wait's stack is its user stack).
+pub const USER_LOCK: &str = "[user-space lock: no kernel stack]";
 /// A stack id the stack map no longer holds.
 pub const STACK_EVICTED: &str = "[stack evicted from the stack map before it was read (raise --stack-map-size)]";
 /// A stack with no frame outside the locking internals.

@@ -22,6 +22,8 @@ pub enum NameSource {
     Btf,
     /// Inferred from who contends on it (e.g. `tasklist_lock` from fork/exit callers).
     Inferred,
+    /// A user-space lock: a data symbol of its process's binaries.
+    Symbol,
 }
 
 /// Facts about the recording as a whole.
@@ -75,6 +77,12 @@ pub struct LockProfile {
     /// Reader/writer side.
     #[serde(with = "serde_mode")]
     pub mode: LockMode,
+    /// The process a user-space lock (a futex) lives in; absent for kernel locks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// That process's name (`comm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
     /// Symbolic name, when known.
     pub name: Option<String>,
     /// How `name` was found.
@@ -258,6 +266,9 @@ pub struct CgroupLock {
     /// Acquisition mode.
     #[serde(with = "serde_mode")]
     pub mode: LockMode,
+    /// The process of a user-space lock (absent for kernel locks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// Waits.
     pub count: u64,
     /// Their total, ns.

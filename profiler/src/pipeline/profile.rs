@@ -4,14 +4,14 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use profiler_common::{LockType, STACK_SKIPPED, StackId};
+use profiler_common::{ContentionEvent, LockType, STACK_SKIPPED, STACK_USER_LOCK, StackId, is_stack};
 use rustc_hash::FxHashMap;
 
 use crate::{
     model::{
-        CallerProfile, CgroupLock, CgroupProfile, CgroupShare, Frames, LockKey, LockProfile, Meta, OwnerKind,
-        OwnerProfile, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller, YieldPair, YieldProfile,
-        merge_shares, placeholders,
+        CallerProfile, CgroupLock, CgroupProfile, CgroupShare, Frames, LockKey, LockProfile, Meta, NameSource,
+        OwnerKind, OwnerProfile, Profile, RqContention, SlowWait, Stats, TaskProfile, YieldCaller, YieldPair,
+        YieldProfile, merge_shares, placeholders,
     },
     symbols::{
         Identities, Kallsyms, NoIdentities, ResolvedStack, Resolver, StackSource, frame_fn, lock_class, name_lock,
@@ -90,6 +90,19 @@ impl<S: StackSource> Stacks<'_, S> {
         let Some(&(kernel, user)) = self.joined.get(&id) else {
             return (self.resolver.stack(id).clone(), None);
         };
+        if kernel == STACK_USER_LOCK {
+            // A user-space lock's wait: its stack is the user stack alone,
+            // its caller the innermost application frame.
+            let frames = self.user.frames(user);
+            let stack = self.user.stack(user);
+            let caller = stack
+                .as_ref()
+                .and_then(|s| s.app_frame())
+                .or_else(|| frames.first().cloned())
+                .unwrap_or_else(|| placeholders::UNKNOWN_CALLER.into());
+            let caller_fn = frame_fn(&caller).to_string();
+            return (ResolvedStack { frames: frames.into(), caller, caller_fn }, stack);
+        }
         let mut rs = self.resolver.stack(kernel).clone();
         let mut frames = rs.frames.to_vec();
         if frames.is_empty() {
@@ -290,6 +303,8 @@ fn lock_profile<S: StackSource>(
         addr: key.addr,
         lock_type: key.lock_type,
         mode: key.mode,
+        pid: (key.pid != 0).then_some(key.pid),
+        process: None,
         name: None,
         name_source: None,
         class,
@@ -304,6 +319,56 @@ fn lock_profile<S: StackSource>(
     }
 }
 
+/// Names of user-space locks (futexes) and of their processes, looked up
+/// while the process lives and kept.
+pub trait UserLockNames: Send {
+    /// The data symbol holding `addr` in process `pid` (`big_lock`,
+    /// `app::STATE+0x8`), and the mapping it lies in (`[heap]`, `libfoo.so`).
+    fn lock(&mut self, pid: u32, addr: u64) -> (Option<String>, Option<String>);
+    /// The process's name.
+    fn process(&mut self, pid: u32) -> Option<String>;
+}
+
+/// No names for user-space locks.
+pub struct NoUserLockNames;
+
+impl UserLockNames for NoUserLockNames {
+    fn lock(&mut self, _pid: u32, _addr: u64) -> (Option<String>, Option<String>) {
+        (None, None)
+    }
+
+    fn process(&mut self, _pid: u32) -> Option<String> {
+        None
+    }
+}
+
+/// Names a user-space lock's rows (one address in one process): its data
+/// symbol if it has one, its class from its callers and its mapping.
+fn name_user_lock(rows: &mut [&mut LockProfile], key: (u32, u64), names: &mut dyn UserLockNames) {
+    let (pid, addr) = key;
+    let mut fns: BTreeMap<String, u64> = BTreeMap::new();
+    for l in rows.iter() {
+        for (f, n) in caller_fns(l) {
+            *fns.entry(f.to_string()).or_default() += n;
+        }
+    }
+    let fns: Vec<(String, u64)> = fns.into_iter().collect();
+    let Some(ty) = rows.iter().max_by_key(|l| l.wait.count()).map(|l| l.lock_type) else { return };
+    let (symbol, mapping) = names.lock(pid, addr);
+    let class = lock_class(addr, ty, &fns, None);
+    let class = match mapping {
+        Some(m) => format!("{class} in {m}"),
+        None => class,
+    };
+    let process = names.process(pid);
+    for l in rows.iter_mut() {
+        l.class.clone_from(&class);
+        l.name.clone_from(&symbol);
+        l.name_source = symbol.as_ref().map(|_| NameSource::Symbol);
+        l.process.clone_from(&process);
+    }
+}
+
 /// Caller function names of a lock row with their contentions.
 fn caller_fns(l: &LockProfile) -> impl Iterator<Item = (&str, u64)> {
     l.callers.iter().map(|c| (frame_fn(&c.caller), c.wait.count()))
@@ -311,12 +376,23 @@ fn caller_fns(l: &LockProfile) -> impl Iterator<Item = (&str, u64)> {
 
 /// Names every lock once per address, from all of its rows (every type and
 /// mode): the rows of one address always carry the same name.
-fn name_by_address(locks: &mut [LockProfile], ks: &Kallsyms, idents: &mut dyn Identities) {
+fn name_by_address(
+    locks: &mut [LockProfile],
+    ks: &Kallsyms,
+    idents: &mut dyn Identities,
+    user_names: &mut dyn UserLockNames,
+) {
     let mut by_addr: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-    for (i, l) in locks.iter().enumerate() {
-        if l.addr != 0 {
-            by_addr.entry(l.addr).or_default().push(i);
+    let mut user: BTreeMap<(u32, u64), Vec<&mut LockProfile>> = BTreeMap::new();
+    for (i, l) in locks.iter_mut().enumerate() {
+        match l.pid {
+            Some(pid) if l.addr != 0 => user.entry((pid, l.addr)).or_default().push(l),
+            _ if l.addr != 0 => by_addr.entry(l.addr).or_default().push(i),
+            _ => {}
         }
+    }
+    for (key, mut rows) in user {
+        name_user_lock(&mut rows, key, user_names);
     }
     for (addr, rows) in by_addr {
         let mut fns: BTreeMap<String, u64> = BTreeMap::new();
@@ -375,6 +451,8 @@ pub struct ProfileBuilder<S> {
     cgroup_names: Box<dyn CgroupNames>,
     /// User stacks of joined callers.
     user: Box<dyn UserStacks>,
+    /// Names of user-space locks.
+    user_locks: Box<dyn UserLockNames>,
 }
 
 impl<S: StackSource> ProfileBuilder<S> {
@@ -388,7 +466,14 @@ impl<S: StackSource> ProfileBuilder<S> {
             task_names: |_| None,
             cgroup_names: Box::new(NoCgroupNames),
             user: Box::new(NoUserStacks),
+            user_locks: Box::new(NoUserLockNames),
         }
+    }
+
+    /// Names user-space locks with `names`.
+    pub fn with_user_lock_names(mut self, names: Box<dyn UserLockNames>) -> Self {
+        self.user_locks = names;
+        self
     }
 
     /// Names cgroups with `names`.
@@ -425,6 +510,29 @@ impl<S: StackSource> ProfileBuilder<S> {
                 self.user.pin(user);
             }
         }
+        // User-space locks are named while their process lives.
+        for key in snap.locks.keys().filter(|k| k.pid != 0) {
+            self.user_locks.lock(key.pid, key.addr);
+            self.user_locks.process(key.pid);
+        }
+    }
+
+    /// The stack of a streamed wait: its kernel stack, or a user-space
+    /// lock's user stack.
+    fn event_stack(&mut self, ev: &ContentionEvent) -> ResolvedStack {
+        if ev.stack_id == STACK_USER_LOCK && is_stack(ev.user_stack_id) {
+            let frames = self.user.frames(ev.user_stack_id);
+            let caller = self
+                .user
+                .stack(ev.user_stack_id)
+                .and_then(|s| s.app_frame())
+                .or_else(|| frames.first().cloned())
+                .unwrap_or_else(|| placeholders::UNKNOWN_CALLER.into());
+            let caller_fn = frame_fn(&caller).to_string();
+            return ResolvedStack { frames: frames.into(), caller, caller_fn };
+        }
+        let id = if ev.stack_id == STACK_USER_LOCK { ev.user_stack_id } else { ev.stack_id };
+        self.resolver.stack(id).clone()
     }
 
     /// Pins user stack `id` (just announced by the kernel).
@@ -459,7 +567,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                 }
             }
         }
-        name_by_address(&mut locks, self.resolver.kallsyms(), self.idents.as_mut());
+        name_by_address(&mut locks, self.resolver.kallsyms(), self.idents.as_mut(), self.user_locks.as_mut());
         locks.sort_by(|a, b| {
             b.wait.total_ns().cmp(&a.wait.total_ns()).then(a.addr.cmp(&b.addr)).then(a.mode.cmp(&b.mode))
         });
@@ -487,7 +595,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                     .find(|l| l.key() == key)
                     .map(|l| l.display_name().to_string())
                     .unwrap_or_else(|| format!("{:#x}", key.addr));
-                let rs = self.resolver.stack(ev.stack_id);
+                let rs = self.event_stack(ev);
                 SlowWait {
                     wait_ns: ev.wait_ns,
                     end_monotonic_ns: ev.end_ns,
@@ -546,6 +654,7 @@ impl<S: StackSource> ProfileBuilder<S> {
                     addr: l.addr,
                     lock_type: l.lock_type,
                     mode: l.mode,
+                    pid: l.pid,
                     count: s.count,
                     wait_ns: s.wait_ns,
                     max_ns: s.max_ns,

@@ -38,8 +38,17 @@ fn stat_cols(s: &Stats) -> String {
 
 const HEADER: &str = " contended  total wait    max wait    avg wait    p99 wait";
 
-/// A lock's name column: name (with provenance), or class, and address.
+/// A lock's name column: name (with provenance), or class, and address;
+/// a user-space lock also names its process.
 pub(crate) fn lock_title(l: &LockProfile) -> String {
+    let title = kernel_title(l);
+    match l.pid {
+        Some(pid) => format!("{title} in {}[{pid}]", l.process.as_deref().unwrap_or("?")),
+        None => title,
+    }
+}
+
+fn kernel_title(l: &LockProfile) -> String {
     match (&l.name, l.name_source) {
         (Some(n), Some(NameSource::Inferred)) => format!("{n} (inferred; {}) @ {:#x}", l.class, l.addr),
         // Only the slab cache is known: the class says it (`... in &kmalloc-cg-192`).

@@ -76,6 +76,7 @@ fn name_source(l: &LockProfile) -> &'static str {
         Some(NameSource::Kallsyms) => "kallsyms",
         Some(NameSource::Inferred) => "inferred",
         Some(NameSource::Btf) => "btf",
+        Some(NameSource::Symbol) => "symbol",
         None => "class",
     }
 }

@@ -37,6 +37,8 @@ pub(crate) fn profile(locks: &[(u64, TestCallers<'_>)]) -> Profile {
             addr: *addr,
             lock_type: LockType::Mutex,
             mode: LockMode::Exclusive,
+            pid: None,
+            process: None,
             name: None,
             name_source: None,
             class: format!("mutex @ lock{addr:x}"),

@@ -1,5 +1,6 @@
 //! Every interval: drain the aggregate maps (aggregate mode), reap the
-//! pending-wait entries of exited threads, and report the kernel counters.
+//! pending-wait and futex-wait entries of exited threads, and report the
+//! kernel counters.
 
 use std::{os::fd::RawFd, time::Duration};
 
@@ -8,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{cgroups::FilterWatch, refusals::Refusals};
 use crate::{
-    ebpf::{AggMaps, KernelCounters, PendingMaps, recursion_misses},
-    pipeline::{Msg, aggregator::KernelStatus},
+    ebpf::{AggMaps, FutexMaps, KernelCounters, PendingMaps, recursion_misses},
+    pipeline::{Msg, Record, aggregator::KernelStatus},
 };
 
 /// Grace period between flipping the aggregate maps and reading the old
@@ -23,6 +24,8 @@ pub struct Housekeeping {
     pub aggs: Option<AggMaps>,
     /// Pending waits.
     pub pending: PendingMaps,
+    /// Futex contentions in progress (`--futex`).
+    pub futex: Option<FutexMaps>,
     /// The programs' counters.
     pub counters: KernelCounters,
     /// Program fds, for their recursion misses.
@@ -104,6 +107,12 @@ impl Housekeeping {
                     let reaped = self.pending.reap_exited();
                     if reaped > 0 {
                         log::debug!("reaped {reaped} pending-wait entries of exited threads");
+                    }
+                    // A thread that exited between its futex waits and its
+                    // release: its contention is over, account it now.
+                    let ended = self.futex.as_mut().map(FutexMaps::reap_exited).unwrap_or_default();
+                    if !ended.is_empty() {
+                        let _ = tx.send(Msg::Records(ended.into_iter().map(Record::Wait).collect())).await;
                     }
                     let _ = tx.send(Msg::Kernel(self.status())).await;
                 }

@@ -223,6 +223,7 @@ impl Session {
             cgroup_filter,
             aggs: if opts.mode() == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
             pending: probes.take_pending()?,
+            futex: if opts.load.futex && probes.futex().is_ok() { Some(probes.take_futex()?) } else { None },
             counters: probes.take_counters()?,
             program_fds: probes.program_fds(),
             refused: Default::default(),
@@ -369,6 +370,14 @@ impl Session {
             log::warn!("reading waits open at stop: {e}");
             Vec::new()
         });
+        // Futex contentions whose waits were over and whose release had not
+        // come yet: measured (their waits are complete), not open.
+        for mut ev in hk.futex.as_ref().map(|f| f.finished_at_stop()).unwrap_or_default() {
+            let name = task_comm(ev.tid).unwrap_or_default();
+            let n = name.len().min(15);
+            ev.comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+            agg.ingest(&ev);
+        }
         for p in &open {
             let mut comm = [0u8; 16];
             let name = task_comm(p.tid).unwrap_or_default();

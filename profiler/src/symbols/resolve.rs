@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use profiler_common::{STACK_OVERFLOW, STACK_SKIPPED, StackId, is_stack, stack_errno};
+use profiler_common::{STACK_OVERFLOW, STACK_SKIPPED, STACK_USER_LOCK, StackId, is_stack, stack_errno};
 
 use super::{Kallsyms, caller::is_trace_frame, select_caller};
 use crate::model::{Frames, placeholders};
@@ -107,6 +107,9 @@ impl<S: StackSource> Resolver<S> {
         }
         if id == STACK_SKIPPED {
             return placeholder(placeholders::STACK_SKIPPED.into());
+        }
+        if id == STACK_USER_LOCK {
+            return placeholder(placeholders::USER_LOCK.into());
         }
         if !is_stack(id) {
             return placeholder(placeholders::stack_not_recorded(stack_errno(id).unwrap_or(0)));

@@ -3,10 +3,12 @@
 
 mod aggregates;
 mod counters;
+mod futex;
 mod pending;
 
 pub use aggregates::{AggMaps, merge_cpus};
 pub use counters::{CounterValues, KernelCounters, recursion_misses};
+pub use futex::FutexMaps;
 pub use pending::PendingMaps;
 
 use aya::maps::{HashMap, MapData};

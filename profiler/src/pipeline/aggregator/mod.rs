@@ -9,8 +9,8 @@ mod tables;
 use std::sync::Arc;
 
 use profiler_common::{
-    AGG_BLAME, AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, STACK_OVERFLOW, StackId, YieldEvent,
-    hist_bucket_low, is_stack, owner, stack_hash_finish, stack_hash_step,
+    AGG_BLAME, AGG_HOLD, AggKey, AggVal, ContentionEvent, HIST_BUCKETS, STACK_OVERFLOW, STACK_USER_LOCK, StackId,
+    YieldEvent, hist_bucket_low, is_stack, owner, stack_hash_finish, stack_hash_step,
 };
 use rustc_hash::FxHashMap;
 
@@ -72,7 +72,9 @@ const JOINED_SEED: u64 = 0x6a09_e667_f3bc_c908;
 /// take it apart).
 fn caller_id(joined: &mut Arc<FxHashMap<StackId, (StackId, StackId)>>, kernel: StackId, user: StackId) -> StackId {
     if !is_stack(user) {
-        return kernel;
+        // A user-space lock's wait: its user stack is its stack, or the
+        // reason there is none (a futex wait has no kernel stack).
+        return if kernel == STACK_USER_LOCK { user } else { kernel };
     }
     let id = stack_hash_finish(stack_hash_step(stack_hash_step(JOINED_SEED, kernel), user), 2);
     if !joined.contains_key(&id) {
@@ -186,7 +188,7 @@ impl Aggregator {
             })
         };
         if key.flags & AGG_BLAME != 0 {
-            let lock = LockKey::new(key.lock_addr, key.flags & !AGG_BLAME);
+            let lock = LockKey::new(key.lock_addr, key.flags & !AGG_BLAME, key.tgid);
             let who = BlameKey { owner_tid: key.tid, stack_id: key.stack_id };
             let b = BlameAgg { tgid: key.tgid, comm: v.comm, waits: v.count, wait_ns: v.total_ns, max_ns: v.max_ns };
             self.fold_blame(lock, who, &b);
@@ -195,11 +197,11 @@ impl Aggregator {
         let add = |s: &mut Stats| s.add_buckets(v.count, v.total_ns, v.min_ns, v.max_ns, buckets());
         let stack_id = caller_id(&mut self.state.joined, key.stack_id, key.user_stack_id);
         if key.flags & AGG_HOLD != 0 {
-            self.fold_hold(LockKey::new(key.lock_addr, key.flags & !AGG_HOLD), stack_id, add);
+            self.fold_hold(LockKey::new(key.lock_addr, key.flags & !AGG_HOLD, key.tgid), stack_id, add);
             return;
         }
         let who = Waiter { stack_id, tid: key.tid, tgid: key.tgid, cgroup_id: key.cgroup_id, comm: &v.comm };
-        self.fold(LockKey::new(key.lock_addr, key.flags), &who, (v.count, v.total_ns, v.max_ns), add);
+        self.fold(LockKey::new(key.lock_addr, key.flags, key.tgid), &who, (v.count, v.total_ns, v.max_ns), add);
     }
 
     /// A streamed hold (wait_ns carries the hold time).

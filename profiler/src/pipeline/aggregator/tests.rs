@@ -38,13 +38,13 @@ fn aggregates_per_lock_caller_and_task() {
     a.ingest(&ev(0x200, lcb::SPIN | lcb::WRITE, 700, 11, 3));
     let s = a.snapshot();
     assert_eq!(s.events, 4);
-    let m = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    let m = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive, pid: 0 }];
     assert_eq!(m.wait.count(), 3);
     assert_eq!(m.wait.total_ns(), 9000);
     assert_eq!((m.wait.min_ns(), m.wait.max_ns()), (1000, 5000));
     assert_eq!(m.callers[&1].count(), 2);
     assert_eq!(m.callers[&2].total_ns(), 5000);
-    let rw = &s.locks[&LockKey { addr: 0x200, lock_type: LockType::Rwlock, mode: LockMode::Write }];
+    let rw = &s.locks[&LockKey { addr: 0x200, lock_type: LockType::Rwlock, mode: LockMode::Write, pid: 0 }];
     assert_eq!(rw.wait.count(), 1);
     assert_eq!(s.tasks[&11].wait.count(), 3);
     assert_eq!(s.tasks[&11].tgid, 1);
@@ -108,7 +108,7 @@ fn aggregates_and_events_fold_into_the_same_rows() {
     a.ingest_agg(&key, &v);
     let s = a.snapshot();
     assert_eq!(s.events, 4);
-    let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive, pid: 0 }];
     assert_eq!((lock.wait.count(), lock.wait.total_ns(), lock.wait.max_ns()), (4, 7_000, 3_000));
     assert_eq!(lock.callers.len(), 1);
     assert_eq!(lock.callers[&3].count(), 4);
@@ -159,11 +159,11 @@ fn holds_attach_to_the_lock_and_acquirer_stack() {
     a.ingest_agg(&key, &v);
     let s = a.snapshot();
     assert_eq!(s.events, 2, "holds are not contentions");
-    let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    let lock = &s.locks[&LockKey { addr: 0x100, lock_type: LockType::Mutex, mode: LockMode::Exclusive, pid: 0 }];
     let hold = lock.hold.as_ref().expect("hold stats");
     assert_eq!((hold.count(), hold.total_ns()), (2, 100_000));
     assert_eq!(lock.hold_callers[&3].count(), 2);
-    let late = &s.locks[&LockKey { addr: 0x999, lock_type: LockType::Mutex, mode: LockMode::Exclusive }];
+    let late = &s.locks[&LockKey { addr: 0x999, lock_type: LockType::Mutex, mode: LockMode::Exclusive, pid: 0 }];
     assert_eq!(late.wait.count(), 1, "the wait drained after its hold lands on the same row");
     assert_eq!(late.hold.as_ref().map(Stats::count), Some(1));
     assert_eq!(late.callers[&4].count(), 1);
@@ -280,8 +280,8 @@ fn snapshots_share_unchanged_rows_and_keep_their_values() {
     let first = a.snapshot();
     a.ingest(&ev(0x100, lcb::MUTEX, 5_000, 7, 3));
     let second = a.snapshot();
-    let k100 = LockKey::new(0x100, lcb::MUTEX);
-    let k200 = LockKey::new(0x200, lcb::SPIN);
+    let k100 = LockKey::kernel(0x100, lcb::MUTEX);
+    let k200 = LockKey::kernel(0x200, lcb::SPIN);
     assert_eq!(first.locks[&k100].wait.count(), 1, "a published snapshot does not change");
     assert_eq!(second.locks[&k100].wait.count(), 2);
     assert!(Arc::ptr_eq(&first.locks[&k200], &second.locks[&k200]), "an unchanged row is shared, not copied");
@@ -350,7 +350,7 @@ fn idle_rows_age_out_and_are_counted() {
     a.age();
     let s = a.snapshot();
     assert_eq!(s.locks.len(), 1, "the idle lock is gone, the busy one stays");
-    assert!(s.locks.contains_key(&LockKey::new(0x100, lcb::MUTEX)));
+    assert!(s.locks.contains_key(&LockKey::kernel(0x100, lcb::MUTEX)));
     assert_eq!((s.overflow.aged_locks, s.overflow.aged_tasks, s.overflow.aged_callers), (1, 1, 0));
     assert_eq!(s.events, 5, "aged rows' waits stay counted");
     assert_eq!(a.callers(), 1, "the aged lock's caller slot is free again");
@@ -381,7 +381,7 @@ fn idle_callers_of_a_busy_lock_age_out() {
         a.age();
     }
     let s = a.snapshot();
-    let lock = &s.locks[&LockKey::new(0x100, lcb::MUTEX)];
+    let lock = &s.locks[&LockKey::kernel(0x100, lcb::MUTEX)];
     assert!(lock.callers.contains_key(&1) && !lock.callers.contains_key(&7), "{:?}", lock.callers.keys());
     assert_eq!(lock.wait.count(), 4, "the lock's own statistics keep every wait");
     assert_eq!(s.overflow.aged_callers, 1);
@@ -414,7 +414,7 @@ fn cgroups_split_each_caller_and_sum_to_the_lock() {
     let v = AggVal { count: 2, total_ns: 400, min_ns: 100, max_ns: 300, ..AggVal::default() };
     a.ingest_agg(&key, &v);
     let s = a.snapshot();
-    let lock = &s.locks[&LockKey::new(0x100, lcb::MUTEX)];
+    let lock = &s.locks[&LockKey::kernel(0x100, lcb::MUTEX)];
     assert_eq!(lock.caller_cgroups[&(7, 50)], CgroupSums { count: 3, wait_ns: 1_400, max_ns: 1_000 });
     assert_eq!(lock.caller_cgroups[&(7, 60)], CgroupSums { count: 2, wait_ns: 8_000, max_ns: 5_000 });
     let (n, ns) = lock.caller_cgroups.values().fold((0, 0), |(n, ns), c| (n + c.count, ns + c.wait_ns));
@@ -450,7 +450,7 @@ fn a_user_stack_joins_its_kernel_stack_in_one_caller_id() {
     hold.kind = profiler_common::EVENT_HOLD;
     a.apply(&Record::Hold(hold));
     let s = a.snapshot();
-    let lock = &s.locks[&LockKey::new(0x100, lcb::MUTEX)];
+    let lock = &s.locks[&LockKey::kernel(0x100, lcb::MUTEX)];
     assert_eq!(lock.callers.len(), 3, "two joined callers and the kernel-only one");
     assert_eq!(lock.callers[&7].total_ns(), 700, "without a user stack the caller is the kernel stack");
     assert_eq!(s.joined.len(), 2);

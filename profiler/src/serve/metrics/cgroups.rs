@@ -61,7 +61,7 @@ impl CgroupSeries {
         let mut now: HashMap<(LockKey, u64), Sums> = HashMap::new();
         for c in &p.cgroups {
             for l in &c.locks {
-                let key = LockKey { addr: l.addr, lock_type: l.lock_type, mode: l.mode };
+                let key = LockKey { addr: l.addr, lock_type: l.lock_type, mode: l.mode, pid: l.pid.unwrap_or(0) };
                 now.insert((key, c.id), Sums { count: l.count, wait_ns: l.wait_ns });
             }
         }
@@ -133,6 +133,7 @@ mod tests {
                 addr,
                 lock_type: LockType::Mutex,
                 mode: LockMode::Exclusive,
+                pid: None,
                 count,
                 wait_ns,
                 max_ns: wait_ns,
