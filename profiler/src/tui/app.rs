@@ -114,13 +114,15 @@ pub enum Effect {
 pub const SORTS: [SortKey; 5] = SortKey::ALL;
 
 /// Lock types `t` cycles through (None = all).
-pub const TYPE_FILTERS: [Option<LockType>; 6] = [
+pub const TYPE_FILTERS: [Option<LockType>; 8] = [
     None,
     Some(LockType::Mutex),
     Some(LockType::Rwsem),
     Some(LockType::Rwlock),
     Some(LockType::Spinlock),
     Some(LockType::PercpuRwsem),
+    Some(LockType::Futex),
+    Some(LockType::FutexPi),
 ];
 
 /// Intervals of history kept per lock.

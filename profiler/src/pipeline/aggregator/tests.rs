@@ -467,3 +467,46 @@ fn a_user_stack_joins_its_kernel_stack_in_one_caller_id() {
     }
     assert!(a.state().joined.is_empty(), "{:?}", a.state().joined);
 }
+
+#[test]
+fn a_futex_is_one_lock_per_process_with_its_hold_and_blame_on_that_row() {
+    let mut a = Aggregator::new(Limits::default());
+    let key = |tgid: u32, flags: u32, tid: u32| AggKey {
+        lock_addr: 0x5555_0000_1000,
+        tid,
+        tgid,
+        flags,
+        stack_id: profiler_common::STACK_USER_LOCK,
+        user_stack_id: 0x77,
+        cgroup_id: 0,
+        _pad: 0,
+    };
+    let val = |count: u64, ns: u64| {
+        let mut v = AggVal { count, total_ns: count * ns, min_ns: ns, max_ns: ns, ..AggVal::default() };
+        v.hist[profiler_common::hist_bucket(ns)] = count as u32;
+        v
+    };
+    // The same address in processes 100 and 200: two locks.
+    a.ingest_agg(&key(100, lcb::FUTEX, 101), &val(3, 1_000));
+    a.ingest_agg(&key(200, lcb::FUTEX, 201), &val(5, 2_000));
+    // Process 100's hold and blame (thread 102 held it) land on its row.
+    a.ingest_agg(&key(100, lcb::FUTEX | profiler_common::AGG_HOLD, 101), &val(3, 500));
+    let blame = AggKey { stack_id: profiler_common::STACK_USER_LOCK, ..key(100, lcb::FUTEX | AGG_BLAME, 102) };
+    a.ingest_agg(&blame, &val(2, 1_000));
+    let s = a.snapshot();
+    let lock = |pid| LockKey { addr: 0x5555_0000_1000, lock_type: LockType::Futex, mode: LockMode::Exclusive, pid };
+    assert_eq!(s.locks.len(), 2);
+    let l100 = &s.locks[&lock(100)];
+    assert_eq!(l100.wait.count(), 3);
+    assert_eq!(l100.hold.as_ref().map(Stats::count), Some(3));
+    assert_eq!(l100.blame.values().map(|b| b.waits).sum::<u64>(), 2);
+    assert_eq!(s.locks[&lock(200)].wait.count(), 5);
+    assert!(s.locks[&lock(200)].hold.is_none());
+    // Its caller joins the user stack to the kernel's stand-in.
+    let caller = l100.callers.keys().next().expect("a caller");
+    assert_eq!(s.joined.get(caller), Some(&(profiler_common::STACK_USER_LOCK, 0x77)));
+    // A PI futex is its own type.
+    a.ingest_agg(&key(100, lcb::FUTEX | lcb::RT, 101), &val(1, 1_000));
+    let pi = LockKey { lock_type: LockType::FutexPi, ..lock(100) };
+    assert_eq!(a.snapshot().locks[&pi].wait.count(), 1);
+}
