@@ -41,7 +41,8 @@ pub enum Command {
     Flamegraph(FlamegraphArgs),
     /// Show what this kernel supports, trying each backend for real.
     Doctor(DoctorArgs),
-    /// Generate lock contention (pipe, fork, unlink, prio, mmap, pgrp) for demos, tests and benchmarks.
+    /// Generate lock contention (pipe, fork, unlink, prio, mmap, pgrp, futex, futex-pi, condvar) for demos, tests
+    /// and benchmarks.
     Stress(StressArgs),
     /// Daemon: serve Prometheus metrics and pprof profiles over HTTP until SIGINT/SIGTERM (needs root to start).
     Serve(ServeArgs),
@@ -384,6 +385,16 @@ mod tests {
         let cli = parse(&["report", "--input", "a", "--format", "pprof", "--output", "p.pb.gz"]).expect("pprof");
         let Command::Report(r) = cli.command else { panic!("not report") };
         assert_eq!(r.view.format, Format::Pprof);
+    }
+
+    #[test]
+    fn stress_user_space_lock_workloads() {
+        for (name, w) in [("futex", Workload::Futex), ("futex-pi", Workload::FutexPi), ("condvar", Workload::Condvar)] {
+            let cli = parse(&["stress", name, "--threads", "2", "--duration", "0.2"]).expect("parse");
+            let Command::Stress(s) = cli.command else { panic!("not stress") };
+            assert_eq!((s.workload, s.threads, s.duration), (w, 2, 0.2), "{name}");
+        }
+        assert!(parse(&["stress", "futex_pi"]).is_err(), "the name is futex-pi");
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::{
 
 use crate::{cli::StressArgs, workload};
 
-/// Runs the scenario and prints its throughput.
+/// Runs the scenario and prints its throughput, then its own counts, one
+/// `<kind> <symbol> <n>` line each (`contended lockprof_stress_mutex 1234`).
 pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let out = workload::run(args.workload, args.threads, Duration::from_secs_f64(args.duration), stop)?;
@@ -19,5 +20,8 @@ pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
         out.rate(),
         args.threads
     );
+    for c in &out.counts {
+        println!("{c}");
+    }
     Ok(())
 }

@@ -7,6 +7,7 @@ use std::{
 };
 
 mod crew;
+mod futex;
 mod scenarios;
 mod syscalls;
 
@@ -30,12 +31,30 @@ pub enum Workload {
     Mmap,
     /// setpgid(0, 0) loops against kill(0, 0) loops (tasklist_lock write and read sides).
     Pgrp,
+    /// Threads taking a glibc `pthread_mutex_t` and a Rust `std::sync::Mutex`
+    /// in turn (user-space futex locks, the `futex` type).
+    Futex,
+    /// Threads taking one glibc priority-inheritance mutex (`FUTEX_LOCK_PI`,
+    /// the `futex-pi` type).
+    FutexPi,
+    /// A producer and consumers idle on a glibc condition variable: futex
+    /// waits that are not lock contention.
+    Condvar,
 }
 
 impl Workload {
     /// Every scenario.
-    pub const ALL: [Workload; 6] =
-        [Workload::Pipe, Workload::Fork, Workload::Unlink, Workload::Prio, Workload::Mmap, Workload::Pgrp];
+    pub const ALL: [Workload; 9] = [
+        Workload::Pipe,
+        Workload::Fork,
+        Workload::Unlink,
+        Workload::Prio,
+        Workload::Mmap,
+        Workload::Pgrp,
+        Workload::Futex,
+        Workload::FutexPi,
+        Workload::Condvar,
+    ];
 
     /// Stable name, as typed after `lockprof stress`.
     pub fn name(self) -> &'static str {
@@ -46,17 +65,64 @@ impl Workload {
             Workload::Prio => "prio",
             Workload::Mmap => "mmap",
             Workload::Pgrp => "pgrp",
+            Workload::Futex => "futex",
+            Workload::FutexPi => "futex-pi",
+            Workload::Condvar => "condvar",
         }
     }
 }
 
+/// What a workload counted of itself.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CountKind {
+    /// Acquisitions of a lock.
+    Acquired,
+    /// Acquisitions whose try failed, so the thread blocked on the lock.
+    Contended,
+    /// Returns from a condition-variable wait.
+    CondvarWaits,
+}
+
+impl CountKind {
+    /// Stable name, the first word of a count's line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CountKind::Acquired => "acquired",
+            CountKind::Contended => "contended",
+            CountKind::CondvarWaits => "condvar-waits",
+        }
+    }
+}
+
+/// One count a workload kept of a lock (or condition variable), named by
+/// its ELF symbol. Printed as `<kind> <symbol> <n>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Count {
+    /// What was counted.
+    pub kind: CountKind,
+    /// The symbol of the lock it is about.
+    pub symbol: &'static str,
+    /// How many.
+    pub n: u64,
+}
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {}", self.kind.name(), self.symbol, self.n)
+    }
+}
+
 /// Result of a run.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
-    /// Operations completed (writes, forks, create+unlink pairs, syscalls).
+    /// Operations completed (writes, forks, create+unlink pairs, syscalls,
+    /// lock acquisitions, items consumed).
     pub ops: u64,
     /// Wall-clock time.
     pub elapsed: Duration,
+    /// The workload's own counts (the user-space lock workloads'), in a
+    /// stable order.
+    pub counts: Vec<Count>,
 }
 
 impl Outcome {
@@ -70,10 +136,10 @@ impl Outcome {
 pub fn run(w: Workload, threads: usize, duration: Duration, stop: Arc<AtomicBool>) -> std::io::Result<Outcome> {
     let start = Instant::now();
     let mut crew = Crew::new(start + duration, stop);
-    let scratch = scenarios::start(w, threads.max(1), &mut crew)?;
+    let started = scenarios::start(w, threads.max(1), &mut crew)?;
     let ops = crew.join();
-    if let Some(dir) = scratch {
+    if let Some(dir) = started.scratch {
         let _ = std::fs::remove_dir_all(dir);
     }
-    Ok(Outcome { ops, elapsed: start.elapsed() })
+    Ok(Outcome { ops, elapsed: start.elapsed(), counts: started.tallies.counts() })
 }

@@ -5,6 +5,7 @@ use std::{path::PathBuf, sync::Arc, thread, time::Duration};
 use super::{
     Workload,
     crew::{Crew, Step},
+    futex::{self, Tallies},
     syscalls,
 };
 
@@ -13,18 +14,29 @@ fn counted_unless_failed(ok: bool) -> Step {
     if ok { Step::Counted } else { Step::Stop }
 }
 
-/// Starts `w`'s threads (`threads` workers) in `crew`; returns a scratch
-/// directory to remove once they are joined.
-pub(super) fn start(w: Workload, threads: usize, crew: &mut Crew) -> std::io::Result<Option<PathBuf>> {
+/// What a started scenario leaves for after its threads are joined.
+#[derive(Default)]
+pub(super) struct Started {
+    /// A scratch directory to remove.
+    pub(super) scratch: Option<PathBuf>,
+    /// The scenario's own counts.
+    pub(super) tallies: Tallies,
+}
+
+/// Starts `w`'s threads (`threads` workers) in `crew`.
+pub(super) fn start(w: Workload, threads: usize, crew: &mut Crew) -> std::io::Result<Started> {
     match w {
         Workload::Pipe => pipe(crew, threads)?,
         Workload::Fork => fork(crew, threads),
         Workload::Prio => prio(crew, threads)?,
         Workload::Mmap => mmap(crew, threads),
         Workload::Pgrp => pgrp(crew, threads)?,
-        Workload::Unlink => return unlink(crew, threads).map(Some),
+        Workload::Unlink => return Ok(Started { scratch: Some(unlink(crew, threads)?), ..Started::default() }),
+        Workload::Futex => return Ok(Started { tallies: futex::futex(crew, threads), ..Started::default() }),
+        Workload::FutexPi => return Ok(Started { tallies: futex::futex_pi(crew, threads)?, ..Started::default() }),
+        Workload::Condvar => return Ok(Started { tallies: futex::condvar(crew, threads), ..Started::default() }),
     }
-    Ok(None)
+    Ok(Started::default())
 }
 
 /// One reader draining a pipe, `threads` writers counting their writes.
