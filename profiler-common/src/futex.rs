@@ -2,10 +2,16 @@
 //! per-thread state, and the constants of the futex ABI they decode.
 //!
 //! One contention, not one system call: a lock loop (glibc's
-//! `__lll_lock_wait`, Rust's `futex_mutex::lock_contended`) waits again when
-//! a woken waiter loses the race for the word. A thread's waits on one word
-//! that follow each other within [`FUTEX_REWAIT_NS`] of the previous return
-//! are one contention, whose wait is the sum of theirs. The contention is
+//! `__lll_lock_wait`, Rust's `futex_mutex::lock_contended`, Go's runtime
+//! lock) waits again when a woken waiter loses the race for the word. These
+//! three-state locks wait with the value "locked, with waiters"
+//! ([`LLL_LOCK_CONTENDED`]), and a thread that acquires after such a wait
+//! always wakes the word when it releases (the word still says "waiters").
+//! So a thread's waits on one word with that value, up to its own wake of
+//! the word, are one contention, whatever the scheduler did in between; a
+//! PI lock's (`FUTEX_LOCK_PI`) waits up to the one that returns with the
+//! lock are one. Every other futex wait (a condition variable, a barrier)
+//! is a wait of its own. A contention's wait is the sum of its waits. It is
 //! accounted when it is over: at the thread's own wake of the word after
 //! its last wait (`FUTEX_WAKE`, `FUTEX_UNLOCK_PI`: its release, and the
 //! time from that wait's return is the hold), or at its next wait that
@@ -52,11 +58,23 @@ pub const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
 /// Go's futex mutexes) waits on: locked, with waiters.
 pub const LLL_LOCK_CONTENDED: u32 = 2;
 
-/// A re-wait of a thread on the same word within this long of its previous
-/// return (and no wake by that thread in between) continues the previous
-/// contention: the lock loop's retry after losing the race takes well
-/// under a microsecond.
-pub const FUTEX_REWAIT_NS: u64 = 50_000;
+/// [`FutexWait::protocol`]: a three-state lock's wait (value
+/// [`LLL_LOCK_CONTENDED`]): waits again on the word continue it until the
+/// thread's release.
+pub const PROTO_LLL: u32 = 1;
+/// [`FutexWait::protocol`]: a PI lock's wait: waits again continue it
+/// until one returns with the lock.
+pub const PROTO_PI: u32 = 2;
+/// [`FutexWait::protocol`] bit: the contention's last wait ended it (a PI
+/// wait returned with the lock, a wait timed out): the next wait starts a
+/// new one.
+pub const PROTO_ENDED: u32 = 4;
+
+/// Whether a thread's contention with `protocol` on `word` (its waits
+/// over, not released) continues with a new wait on `uaddr` with `flags`.
+pub const fn continues(protocol: u32, word: u64, flags_then: u32, uaddr: u64, flags: u32) -> bool {
+    word == uaddr && flags_then == flags && protocol & (PROTO_LLL | PROTO_PI) != 0 && protocol & PROTO_ENDED == 0
+}
 
 /// Entries of `FUTEX_WAITS` (a hash map keyed by thread id): one per thread
 /// that waited on a futex; userspace reaps the entries of exited threads.
@@ -94,8 +112,9 @@ pub struct FutexWait {
     pub tgid: u32,
     /// Waits (system calls) in this contention so far.
     pub waits: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// How later waits relate to it ([`PROTO_LLL`], [`PROTO_PI`],
+    /// [`PROTO_ENDED`]; 0: a wait of its own).
+    pub protocol: u32,
     /// The holder when the contention began, where the word or glibc's
     /// mutex says.
     pub owner: Owner,
@@ -110,5 +129,18 @@ mod tests {
         assert_eq!(core::mem::size_of::<FutexWait>(), 120);
         assert_eq!(129 & FUTEX_CMD_MASK, FUTEX_WAKE);
         assert_eq!((9 | 128 | 256) & FUTEX_CMD_MASK, FUTEX_WAIT_BITSET);
+    }
+
+    #[test]
+    fn lock_loops_continue_until_release_other_waits_stand_alone() {
+        let f = crate::lcb::FUTEX;
+        assert!(continues(PROTO_LLL, 0x10, f, 0x10, f), "a lock loop's retry, however late");
+        assert!(!continues(PROTO_LLL, 0x10, f, 0x20, f), "another word");
+        assert!(!continues(PROTO_LLL | PROTO_ENDED, 0x10, f, 0x10, f), "it timed out: a new attempt");
+        assert!(!continues(0, 0x10, f, 0x10, f), "a condition variable's next wait is a wait of its own");
+        let pi = f | crate::lcb::RT;
+        assert!(continues(PROTO_PI, 0x10, pi, 0x10, pi), "interrupted, retried");
+        assert!(!continues(PROTO_PI | PROTO_ENDED, 0x10, pi, 0x10, pi), "acquired: the next lock is new");
+        assert!(!continues(PROTO_LLL, 0x10, f, 0x10, pi));
     }
 }

@@ -21,9 +21,9 @@ use profiler_common::{
     AGG_BLAME, AGG_HOLD, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD,
     EVENT_OUTLIER, LockType, MODE_AGGREGATE, Owner, STACK_USER_LOCK, USER_STACK_OFF, counter,
     futex::{
-        FUTEX_CMD_MASK, FUTEX_LOCK_PI, FUTEX_LOCK_PI2, FUTEX_REWAIT_NS, FUTEX_TID_MASK, FUTEX_UNLOCK_PI, FUTEX_WAIT,
-        FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, FutexWait,
-        GLIBC_MUTEX_OWNER_OFFSET, LLL_LOCK_CONTENDED, PID_MAX_LIMIT, SYSCALL_ARG0, SYSCALL_RET,
+        FUTEX_CMD_MASK, FUTEX_LOCK_PI, FUTEX_LOCK_PI2, FUTEX_TID_MASK, FUTEX_UNLOCK_PI, FUTEX_WAIT, FUTEX_WAIT_BITSET,
+        FUTEX_WAIT_REQUEUE_PI, FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, FutexWait, GLIBC_MUTEX_OWNER_OFFSET,
+        LLL_LOCK_CONTENDED, PID_MAX_LIMIT, PROTO_ENDED, PROTO_LLL, PROTO_PI, SYSCALL_ARG0, SYSCALL_RET, continues,
     },
     lcb, owner,
 };
@@ -166,7 +166,7 @@ fn wait_begin(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Res
     let st = match entry(ids.tid) {
         Some(st) => {
             if st.uaddr != 0 && st.enter_ns == 0 {
-                if st.uaddr == uaddr && st.flags == flags && now.saturating_sub(st.exit_ns) < FUTEX_REWAIT_NS {
+                if continues(st.protocol, st.uaddr, st.flags, uaddr, flags) {
                     // The lock loop's retry: the same contention.
                     st.enter_ns = now;
                     st.waits += 1;
@@ -198,6 +198,13 @@ fn wait_begin(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Res
     st.flags = flags;
     st.tgid = ids.tgid;
     st.waits = 1;
+    st.protocol = if flags & lcb::RT != 0 {
+        PROTO_PI
+    } else if lll {
+        PROTO_LLL
+    } else {
+        0
+    };
     st.owner = owner_of(uaddr, flags, lll, ids);
     Ok(0)
 }
@@ -214,18 +221,20 @@ fn try_futex_exit(ctx: &TracePointContext) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: `long ret` of the sys_exit tracepoints' fixed layout.
     let ret: i64 = unsafe { ctx.read_at(SYSCALL_RET) }.map_err(|_| 0u32)?;
-    let outcome = match ret {
-        r if r >= 0 => None,
-        -11 => Some(counter::FUTEX_AGAIN),
-        -110 => Some(counter::FUTEX_TIMED_OUT),
-        // EINTR, ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK.
-        -4 | -512 | -513 | -514 | -516 => Some(counter::FUTEX_INTERRUPTED),
-        _ => Some(counter::FUTEX_FAILED),
-    };
-    if let Some(c) = outcome {
-        count(c);
+    // EINTR, ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK.
+    let interrupted = matches!(ret, -4 | -512 | -513 | -514 | -516);
+    let timed_out = ret == -110;
+    let failed = ret < 0 && ret != -11 && !timed_out && !interrupted;
+    if ret == -11 {
+        count(counter::FUTEX_AGAIN);
+    } else if timed_out {
+        count(counter::FUTEX_TIMED_OUT);
+    } else if interrupted {
+        count(counter::FUTEX_INTERRUPTED);
+    } else if failed {
+        count(counter::FUTEX_FAILED);
     }
-    if outcome == Some(counter::FUTEX_FAILED) && st.waits == 1 {
+    if failed && st.waits == 1 {
         // Not a wait (a bad address, a PI deadlock): nothing to account.
         st.uaddr = 0;
         st.enter_ns = 0;
@@ -234,6 +243,11 @@ fn try_futex_exit(ctx: &TracePointContext) -> Result<u32, u32> {
     st.total_ns += now.saturating_sub(st.enter_ns);
     st.enter_ns = 0;
     st.exit_ns = now;
+    // A PI wait that returns with the lock, or any wait that timed out (the
+    // caller gave up): the contention is over, the next wait is a new one.
+    if timed_out || (ret == 0 && st.protocol == PROTO_PI) {
+        st.protocol |= PROTO_ENDED;
+    }
     Ok(0)
 }
 

@@ -49,6 +49,7 @@ pub(super) fn attach(ebpf: &mut Ebpf, notes: &mut Vec<String>) -> Result<Vec<&'s
         match r {
             Ok(()) => attached.push(*tp),
             Err(e) if REQUIRED.contains(tp) => {
+                log::info!("futex: {CATEGORY}:{tp}: {e}");
                 unload_named(ebpf, TRACEPOINTS.iter().map(|(_, p)| *p));
                 return Err(Unavailable {
                     reason: format!("futex waits cannot be traced: {CATEGORY}:{tp} did not attach"),

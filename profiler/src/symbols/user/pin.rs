@@ -205,8 +205,12 @@ impl Pinner {
             return unpinned(pid, ips, counters);
         }
         let opts = NormalizeOpts { map_files: true, ..NormalizeOpts::default() };
-        let Ok(normalized) = self.normalizer.normalize_user_addrs_opts(pid.into(), ips, &opts) else {
-            return unpinned(pid, ips, counters);
+        let normalized = match self.normalizer.normalize_user_addrs_opts(pid.into(), ips, &opts) {
+            Ok(n) => n,
+            Err(e) => {
+                log::debug!("user stack of process {pid} not pinned: {e}");
+                return unpinned(pid, ips, counters);
+            }
         };
         let metas: Vec<Meta> = normalized
             .meta
