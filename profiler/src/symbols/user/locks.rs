@@ -6,15 +6,19 @@
 //! stacks, anonymous or shared mappings) gets the class of the mapping it
 //! lives in: `[heap]`, `[stack]`, `[anon]` or the file's basename.
 //!
-//! blazesym resolves data symbols (its ELF parser indexes `STT_OBJECT` as
-//! well as `STT_FUNC`), but only from a virtual offset: its file-offset and
-//! process paths translate through `p_filesz`, so a zero-initialized static
-//! (`.bss`, where almost every lock lives) is never found that way. The
-//! virtual offset is the address minus the image's load bias, taken from the
-//! mapping of file offset 0 and the program headers read here. `.bss` past
-//! the file's last page is an anonymous mapping right after the image's
-//! (possibly merged into `[heap]`): it is looked up in the image before it,
-//! and only a sized symbol covering the address counts.
+//! blazesym's symbolizer resolves data symbols (its ELF parser indexes
+//! `STT_OBJECT` as well as `STT_FUNC`), but only from a virtual offset: its
+//! file-offset and process inputs translate through `p_filesz`, so a
+//! zero-initialized static (`.bss`, where almost every lock lives) is never
+//! found that way; and it is not `Send`, so a namer could not keep it and
+//! would reparse an image's whole symbol table per lookup. So each image's
+//! sized data symbols are listed once with blazesym's inspector (a few
+//! hundred even in large binaries) and kept by device and inode; names are
+//! demangled on a hit. The virtual offset is the address minus the image's
+//! load bias, from the mapping of file offset 0 and the program headers read
+//! here. `.bss` past the file's last page is an anonymous mapping right
+//! after the image (possibly merged into `[heap]`): it is looked up in the
+//! image before it, and only a sized symbol covering the address counts.
 //!
 //! Processes exit: callers name an address when first seen, and the result
 //! is cached, so the name stays the same after the process is gone. A
@@ -22,14 +26,18 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
+use std::ops::ControlFlow;
 use std::os::unix::fs::{FileExt, MetadataExt};
 
-use blazesym::symbolize::source::{Elf, Source};
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::SymType;
+use blazesym::inspect::Inspector;
+use blazesym::inspect::source::{Elf, Source};
 use serde::Serialize;
 
-/// Cached names (or symbol lookups) beyond which a cache starts afresh.
+/// Cached names beyond which the cache starts afresh.
 const MAX_CACHED: usize = 1 << 16;
+/// Images whose data symbols are kept (most hold a few hundred).
+const MAX_CACHED_IMAGES: usize = 256;
 
 /// What a futex address is called: its data symbol, else its mapping.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -75,16 +83,16 @@ pub struct UserLockNamerCounters {
     pub cached: u64,
 }
 
-/// (device, inode, virtual offset) -> (symbol, offset into it).
-type SymbolCache = HashMap<(u64, u64, u64), Option<(String, u64)>>;
+/// (device, inode) -> the image's data symbols, `None` when not readable.
+type ImageCache = HashMap<(u64, u64), Option<DataSymbols>>;
 
 /// Names futex addresses and caches the names per (pid, address). `Send`:
-/// blazesym's symbolizer (which is not) lives only for one lookup.
+/// blazesym's inspector (which is not) lives only while an image is read.
 #[derive(Debug, Default)]
 pub struct UserLockNamer {
     names: HashMap<(u32, u64), UserLockName>,
-    /// Lookups in images, shared by the processes of one binary.
-    symbols: SymbolCache,
+    /// Images read so far, shared by the processes of one binary.
+    images: ImageCache,
     counters: UserLockNamerCounters,
 }
 
@@ -102,7 +110,7 @@ impl UserLockNamer {
             if self.names.len() >= MAX_CACHED {
                 self.names.clear();
             }
-            let name = lookup(&mut self.symbols, pid, addr);
+            let name = lookup(&mut self.images, pid, addr);
             self.counters.named += 1;
             self.counters.unknown += u64::from(name.is_unknown());
             self.names.insert((pid, addr), name);
@@ -162,7 +170,7 @@ impl Mapping {
     }
 }
 
-fn lookup(symbols: &mut SymbolCache, pid: u32, addr: u64) -> UserLockName {
+fn lookup(images: &mut ImageCache, pid: u32, addr: u64) -> UserLockName {
     let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return UserLockName::default();
     };
@@ -180,29 +188,22 @@ fn lookup(symbols: &mut SymbolCache, pid: u32, addr: u64) -> UserLockName {
         None
     };
     if let Some(image) = image
-        && let Some(virt) = virtual_offset(pid, &maps, image, addr)
+        && let Some((path, offset)) = virtual_offset(pid, &maps, image, addr)
     {
-        if symbols.len() >= MAX_CACHED {
-            symbols.clear();
+        if images.len() >= MAX_CACHED_IMAGES && !images.contains_key(&(image.dev, image.inode)) {
+            images.clear();
         }
-        let found = symbols
-            .entry((image.dev, image.inode, virt.offset))
-            .or_insert_with(|| data_symbol(&virt.path, virt.offset));
-        if let Some((symbol, offset)) = found {
-            return UserLockName { symbol: Some(symbol.clone()), offset: *offset, mapping: Some(image.class()) };
+        let symbols = images.entry((image.dev, image.inode)).or_insert_with(|| DataSymbols::read(&path));
+        if let Some((symbol, offset)) = symbols.as_ref().and_then(|symbols| symbols.find(offset)) {
+            return UserLockName { symbol: Some(symbol), offset, mapping: Some(image.class()) };
         }
     }
     UserLockName { symbol: None, offset: 0, mapping: Some(maps[at].class()) }
 }
 
-/// An address as an offset in an image's virtual address space, and a path
-/// that reaches that very image.
-struct VirtualOffset {
-    path: String,
-    offset: u64,
-}
-
-fn virtual_offset(pid: u32, maps: &[Mapping], image: &Mapping, addr: u64) -> Option<VirtualOffset> {
+/// A path that reaches the very image mapped, and the address as an offset
+/// in the image's virtual address space.
+fn virtual_offset(pid: u32, maps: &[Mapping], image: &Mapping, addr: u64) -> Option<(String, u64)> {
     // The mapping of the image's first page: its load bias.
     let base = maps.iter().find(|map| map.dev == image.dev && map.inode == image.inode && map.offset == 0)?;
     // The exact file mapped (even if deleted; needs CAP_SYS_ADMIN), else its
@@ -212,9 +213,8 @@ fn virtual_offset(pid: u32, maps: &[Mapping], image: &Mapping, addr: u64) -> Opt
     let path = candidates
         .into_iter()
         .find(|path| fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.ino() == image.inode))?;
-    let first_vaddr = first_segment_vaddr(&File::open(&path).ok()?)?;
-    let bias = base.start.checked_sub(first_vaddr & !0xfff)?;
-    Some(VirtualOffset { path, offset: addr.checked_sub(bias)? })
+    let bias = base.start.checked_sub(first_segment_vaddr(&File::open(&path).ok()?)?)?;
+    Some((path, addr.checked_sub(bias)?))
 }
 
 /// The virtual address of the loadable segment at file offset 0 of a 64-bit
@@ -230,30 +230,60 @@ fn first_segment_vaddr(file: &File) -> Option<u64> {
     let u16_at = |bytes: &[u8], at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));
     let u64_at = |bytes: &[u8], at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
     let phoff = u64_at(&header, 32)?;
-    let entry_size = usize::from(u16_at(&header, 54)?);
-    let count = usize::from(u16_at(&header, 56)?);
-    if entry_size < 56 {
+    // Elf64_Phdr entries, at most 65535 of them.
+    if u16_at(&header, 54)? != 56 {
         return None;
     }
-    let mut headers = vec![0u8; entry_size * count];
+    let mut headers = vec![0u8; 56 * usize::from(u16_at(&header, 56)?)];
     file.read_exact_at(&mut headers, phoff).ok()?;
-    headers.chunks_exact(entry_size).find_map(|phdr| {
+    headers.chunks_exact(56).find_map(|phdr| {
         let is_load = phdr.get(..4)? == PT_LOAD.to_le_bytes();
         (is_load && u64_at(phdr, 8)? == 0).then(|| u64_at(phdr, 16)).flatten()
     })
 }
 
-/// The sized ELF symbol (`.symtab`, else `.dynsym`) covering `offset`, and
-/// the offset into it. Sizeless symbols (`__bss_start`, `_end`) do not count:
-/// they would name whatever follows them.
-fn data_symbol(path: &str, offset: u64) -> Option<(String, u64)> {
-    let symbolizer = Symbolizer::builder().enable_code_info(false).enable_demangling(true).build();
-    let mut source = Elf::new(path);
-    source.debug_syms = false;
-    let found = symbolizer.symbolize_single(&Source::Elf(source), Input::VirtOffset(offset)).ok()?;
-    let Symbolized::Sym(sym) = found else { return None };
-    let size = sym.size?;
-    (sym.offset < size).then(|| (sym.name.to_string(), sym.offset as u64))
+/// An image's sized data symbols (`STT_OBJECT` in `.symtab` and `.dynsym`),
+/// by virtual address, names as in the file. Sizeless symbols (`__bss_start`,
+/// `_end`) are left out: they would name whatever follows them.
+#[derive(Debug)]
+struct DataSymbols(Vec<(u64, u64, Box<str>)>);
+
+impl DataSymbols {
+    /// `None` when the file is not an ELF file blazesym can read.
+    fn read(path: &str) -> Option<Self> {
+        let mut source = Elf::new(path);
+        source.debug_syms = false;
+        let mut symbols = Vec::new();
+        Inspector::new()
+            .for_each(&Source::Elf(source), |sym| {
+                let size = sym.size.unwrap_or(0) as u64;
+                if sym.sym_type == SymType::Variable && size > 0 {
+                    symbols.push((sym.addr, size, Box::from(sym.name.as_ref())));
+                }
+                ControlFlow::Continue(())
+            })
+            .ok()?;
+        // By address, the largest first among equals; one per address.
+        symbols.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        symbols.dedup_by_key(|symbol| symbol.0);
+        Some(Self(symbols))
+    }
+
+    /// The demangled symbol covering `addr` and the offset into it.
+    fn find(&self, addr: u64) -> Option<(String, u64)> {
+        let after = self.0.partition_point(|symbol| symbol.0 <= addr);
+        let (start, size, name) = self.0.get(after.checked_sub(1)?)?;
+        (addr - start < *size).then(|| (demangle(name), addr - start))
+    }
+}
+
+/// A Rust (legacy or v0) or C++ symbol demangled, Rust without its hash;
+/// other names as they are.
+fn demangle(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
+    cpp_demangle::Symbol::new(name).ok().and_then(|symbol| symbol.demangle().ok()).unwrap_or_else(|| name.to_string())
 }
 
 // The pipeline keeps the namer in tokio tasks, which move between threads.

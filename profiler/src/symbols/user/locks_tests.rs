@@ -127,3 +127,30 @@ fn a_missing_process_is_unknown_once() {
     namer.name(pid, 0x1000);
     assert_eq!(namer.counters(), UserLockNamerCounters { named: 1, unknown: 1, cached: 1 });
 }
+
+#[test]
+fn a_shared_file_mapping_is_named_by_its_basename() {
+    use std::os::fd::AsRawFd;
+    let name = format!("lockprof-ulocks-shared-{}", self_pid());
+    let path = std::env::temp_dir().join(&name);
+    let file = fs::File::options().read(true).write(true).create(true).truncate(true).open(&path).expect("create");
+    file.set_len(4096).expect("size");
+    // SAFETY: a fresh shared mapping of a 4096-byte file we own; only its
+    // address is used, and it is unmapped below.
+    let mapped = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(mapped, libc::MAP_FAILED);
+    let named = UserLockNamer::new().name(self_pid(), mapped as u64 + 64).clone();
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(mapped, 4096) };
+    fs::remove_file(&path).expect("remove");
+    assert_eq!(named, UserLockName { symbol: None, offset: 0, mapping: Some(name) });
+}
