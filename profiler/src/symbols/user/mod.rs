@@ -10,6 +10,7 @@
 //! pinning keeps its raw ips.
 
 mod frame;
+mod locks;
 mod pin;
 mod resolver;
 mod symbolize;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 pub use frame::{UNMAPPED_MODULE, UNPINNED_MODULE, UserFrame, UserStack, VDSO_MODULE};
+pub use locks::{UserLockName, UserLockNamer, UserLockNamerCounters};
 pub use pin::PinnedStack;
 pub use resolver::{USER_STACK_EVICTED, UserResolver, UserStackSource};
 
