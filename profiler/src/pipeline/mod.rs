@@ -11,5 +11,7 @@ pub mod reader;
 pub mod record;
 
 pub use aggregator::{Aggregator, Control, Limits, Msg, Snapshot};
-pub use profile::{CgroupNames, NoCgroupNames, NoUserStacks, ProfileBuilder, UserStacks, to_profile};
+pub use profile::{
+    CgroupNames, NoCgroupNames, NoUserLockNames, NoUserStacks, ProfileBuilder, UserLockNames, UserStacks, to_profile,
+};
 pub use record::Record;

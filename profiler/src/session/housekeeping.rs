@@ -114,7 +114,7 @@ impl Housekeeping {
                     if !ended.is_empty() {
                         let _ = tx.send(Msg::Records(ended.into_iter().map(Record::Wait).collect())).await;
                     }
-                    let _ = tx.send(Msg::Kernel(self.status())).await;
+                    let _ = tx.send(Msg::Kernel(Box::new(self.status()))).await;
                 }
             }
         }

@@ -8,6 +8,7 @@ mod cgroups;
 mod housekeeping;
 mod options;
 mod refusals;
+mod user_locks;
 
 use std::{
     os::fd::RawFd,
@@ -205,6 +206,9 @@ impl Session {
             let resolver = UserResolver::new(probes.take_user_stacks()?, BlazeSymbolizer::new()?);
             builder = builder.with_user_stacks(Box::new(resolver));
         }
+        if opts.load.futex {
+            builder = builder.with_user_lock_names(Box::<user_locks::ProcNames>::default());
+        }
         let fs = opts.cgroups.as_ref().map(|c| c.fs.clone());
         let fs = if opts.load.config.cgroups != 0 { fs.or_else(|| CgroupFs::discover().ok()) } else { None };
         if let Some(fs) = fs {
@@ -351,7 +355,7 @@ impl Session {
         if let Some(tx) = self.aggregator.sender() {
             hk.final_drain(&tx).await;
             let status = KernelStatus { counters, recursion_misses: misses, map_ops_refused: hk.refused.count() };
-            let _ = tx.send(Msg::Kernel(status)).await;
+            let _ = tx.send(Msg::Kernel(Box::new(status))).await;
         }
         let mut profile = self.resolve_final(hk, counters.get(counter::EVENTS)).await?;
         profile.meta.duration_s = duration_s;

@@ -21,7 +21,8 @@ pub enum Msg {
     /// Drained in-kernel aggregates (aggregate mode).
     Aggregates(Vec<(AggKey, AggVal)>),
     /// The kernel side's counters.
-    Kernel(KernelStatus),
+    /// (Boxed: the counters make it the largest message by far.)
+    Kernel(Box<KernelStatus>),
 }
 
 /// Commands to the aggregator.
@@ -59,7 +60,7 @@ fn handle(agg: &mut Aggregator, msg: Msg) {
     match msg {
         Msg::Records(records) => records.iter().for_each(|r| agg.apply(r)),
         Msg::Aggregates(recs) => recs.iter().for_each(|(k, v)| agg.ingest_agg(k, v)),
-        Msg::Kernel(k) => agg.set_kernel_status(k),
+        Msg::Kernel(k) => agg.set_kernel_status(*k),
     }
 }
 
