@@ -234,8 +234,10 @@ fn try_futex_exit(ctx: &TracePointContext) -> Result<u32, u32> {
     } else if failed {
         count(counter::FUTEX_FAILED);
     }
-    if failed && st.waits == 1 {
-        // Not a wait (a bad address, a PI deadlock): nothing to account.
+    // Not a wait (a bad address, a PI deadlock), or a wait that is not a
+    // lock's and timed out (a timed sleep on a condition, not contention):
+    // counted above, not accounted.
+    if (failed && st.waits == 1) || (timed_out && st.protocol == 0) {
         st.uaddr = 0;
         st.enter_ns = 0;
         return Ok(0);

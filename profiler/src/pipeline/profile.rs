@@ -80,6 +80,7 @@ struct Stacks<'a, S> {
     resolver: &'a mut Resolver<S>,
     user: &'a mut dyn UserStacks,
     joined: &'a FxHashMap<StackId, (StackId, StackId)>,
+    user_locks: &'a mut dyn UserLockNames,
 }
 
 impl<S: StackSource> Stacks<'_, S> {
@@ -182,6 +183,7 @@ fn owners<S: StackSource>(
     key: &LockKey,
     agg: &LockAgg,
     resolver: &mut Resolver<S>,
+    user_locks: &mut dyn UserLockNames,
     task_name: TaskNames,
 ) -> Vec<OwnerProfile> {
     if agg.blame.is_empty() && !key.lock_type.records_owner() {
@@ -189,6 +191,12 @@ fn owners<S: StackSource>(
     }
     let mut merged: BTreeMap<(u32, Vec<String>, String), OwnerProfile> = BTreeMap::new();
     for (who, b) in &agg.blame {
+        // A user-space lock's owner read from the lock's memory is one only
+        // if it is a thread of the lock's process (a Rust Mutex keeps its
+        // data where glibc's keeps `__owner`): else its waits stay unknown.
+        if key.pid != 0 && who.owner_tid != 0 && !user_locks.is_thread(key.pid, who.owner_tid) {
+            continue;
+        }
         let (caller, stack) = if who.owner_tid == 0 {
             (placeholders::HELD_BY_READERS.to_string(), Vec::new())
         } else if who.stack_id == STACK_SKIPPED {
@@ -311,7 +319,7 @@ fn lock_profile<S: StackSource>(
         slab: None,
         field: None,
         addresses: None,
-        owners: owners(key, agg, stacks.resolver, task_name),
+        owners: owners(key, agg, stacks.resolver, stacks.user_locks, task_name),
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),
@@ -327,6 +335,8 @@ pub trait UserLockNames: Send {
     fn lock(&mut self, pid: u32, addr: u64) -> (Option<String>, Option<String>);
     /// The process's name.
     fn process(&mut self, pid: u32) -> Option<String>;
+    /// Whether `tid` is (or was, when first asked) a thread of process `pid`.
+    fn is_thread(&mut self, pid: u32, tid: u32) -> bool;
 }
 
 /// No names for user-space locks.
@@ -339,6 +349,10 @@ impl UserLockNames for NoUserLockNames {
 
     fn process(&mut self, _pid: u32) -> Option<String> {
         None
+    }
+
+    fn is_thread(&mut self, _pid: u32, _tid: u32) -> bool {
+        true
     }
 }
 
@@ -510,10 +524,14 @@ impl<S: StackSource> ProfileBuilder<S> {
                 self.user.pin(user);
             }
         }
-        // User-space locks are named while their process lives.
-        for key in snap.locks.keys().filter(|k| k.pid != 0) {
+        // User-space locks are named, and their owners checked, while
+        // their process lives.
+        for (key, agg) in snap.locks.iter().filter(|(k, _)| k.pid != 0) {
             self.user_locks.lock(key.pid, key.addr);
             self.user_locks.process(key.pid);
+            for who in agg.blame.keys() {
+                self.user_locks.is_thread(key.pid, who.owner_tid);
+            }
         }
     }
 
@@ -559,8 +577,12 @@ impl<S: StackSource> ProfileBuilder<S> {
             match self.locks.get(key) {
                 Some((seen, built)) if Arc::ptr_eq(seen, agg) => locks.push(built.clone()),
                 _ => {
-                    let mut stacks =
-                        Stacks { resolver: &mut self.resolver, user: self.user.as_mut(), joined: &snap.joined };
+                    let mut stacks = Stacks {
+                        resolver: &mut self.resolver,
+                        user: self.user.as_mut(),
+                        joined: &snap.joined,
+                        user_locks: self.user_locks.as_mut(),
+                    };
                     let built = lock_profile(key, agg, &mut stacks, self.task_names);
                     self.locks.insert(*key, (agg.clone(), built.clone()));
                     locks.push(built);

@@ -6,14 +6,17 @@ use std::collections::HashMap;
 
 use crate::{pipeline::UserLockNames, symbols::user::UserLockNamer};
 
-/// Processes whose names are kept (the namer keeps its own bounded cache).
+/// Processes (and threads) whose answers are kept (the namer keeps its own
+/// bounded cache).
 const MAX_PROCESSES: usize = 4096;
+const MAX_THREADS: usize = 1 << 16;
 
 /// [`UserLockNames`] over `/proc`.
 #[derive(Default)]
 pub struct ProcNames {
     namer: UserLockNamer,
     processes: HashMap<u32, Option<String>>,
+    threads: HashMap<(u32, u32), bool>,
 }
 
 impl UserLockNames for ProcNames {
@@ -33,5 +36,15 @@ impl UserLockNames for ProcNames {
                 std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
             })
             .clone()
+    }
+
+    fn is_thread(&mut self, pid: u32, tid: u32) -> bool {
+        if self.threads.len() >= MAX_THREADS && !self.threads.contains_key(&(pid, tid)) {
+            self.threads.clear();
+        }
+        *self
+            .threads
+            .entry((pid, tid))
+            .or_insert_with(|| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists())
     }
 }

@@ -113,11 +113,24 @@ fn is_runtime_module(module: &str) -> bool {
     ["libc.so", "libc-", "ld-linux", "ld-musl", "libpthread"].iter().any(|p| module.starts_with(p))
 }
 
+/// Whether `function` is Rust's standard library (inlined or
+/// monomorphized into the application: `std::sync::...::Mutex<T>::lock`).
+fn is_rust_std(function: &str) -> bool {
+    let f = function.trim_start_matches('<');
+    ["std::", "core::", "alloc::"].iter().any(|p| f.starts_with(p))
+}
+
 impl UserStack {
     /// The application's frame nearest the kernel: the innermost frame
-    /// outside the C library and the loader (its `text()`), if any.
+    /// outside the C library and the loader, and outside Rust's standard
+    /// library when the application has a frame of its own (its `text()`),
+    /// if any.
     pub fn app_frame(&self) -> Option<String> {
-        self.frames.iter().find(|f| f.is_mapped() && !is_runtime_module(&f.module)).map(UserFrame::text)
+        let outside_runtime = || self.frames.iter().filter(|f| f.is_mapped() && !is_runtime_module(&f.module));
+        outside_runtime()
+            .find(|f| !f.function.as_deref().is_some_and(is_rust_std))
+            .or_else(|| outside_runtime().next())
+            .map(UserFrame::text)
     }
 }
 
@@ -179,5 +192,26 @@ mod tests {
         assert!(is_truncated(3, Some(false)));
         assert!(!is_truncated(3, Some(true)));
         assert!(!is_truncated(0, None));
+    }
+
+    #[test]
+    fn the_application_frame_skips_the_c_library_and_rusts_standard_library() {
+        let f = |function: &str, module: &str| UserFrame {
+            function: Some(function.into()),
+            module: Arc::from(module),
+            ..binary_frame()
+        };
+        let stack = |frames: Vec<UserFrame>| UserStack { frames, truncated: false };
+        let s = stack(vec![
+            f("syscall", "libc.so.6"),
+            f("std::sys::pal::unix::futex::futex_wait", "app"),
+            f("<std::sync::poison::mutex::Mutex<T>>::lock", "app"),
+            f("app::take_lock", "app"),
+        ]);
+        assert_eq!(s.app_frame().as_deref(), Some("app::take_lock+0x0"));
+        // Nothing but the standard library outside libc: its innermost frame.
+        let only_std = stack(vec![f("syscall", "libc.so.6"), f("std::thread::park", "app")]);
+        assert_eq!(only_std.app_frame().as_deref(), Some("std::thread::park+0x0"));
+        assert_eq!(stack(vec![f("__lll_lock_wait", "libc.so.6")]).app_frame(), None);
     }
 }
