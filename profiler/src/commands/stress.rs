@@ -23,20 +23,16 @@ pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let (w, threads, duration) = (args.workload, args.threads, Duration::from_secs_f64(args.duration));
     let rt = super::runtime().context("starting the async runtime")?;
-    let out = rt.block_on(async {
-        let (token, _) = on_signal(Hangup::Stop).context("handling signals")?;
-        let s = stop.clone();
-        let mut run = tokio::task::spawn_blocking(move || workload::run(w, threads, duration, s));
-        let out = tokio::select! {
-            out = &mut run => out,
-            () = token.cancelled() => {
-                // The workload's threads see the flag within a step.
-                stop.store(true, Ordering::Relaxed);
-                run.await
-            }
-        };
-        anyhow::Ok(out.context("the workload panicked")??)
-    })?;
+    let (token, _) = rt.block_on(async { on_signal(Hangup::Stop) }).context("handling signals")?;
+    let s = stop.clone();
+    rt.spawn(async move {
+        token.cancelled().await;
+        // The workload's threads see the flag within a step.
+        s.store(true, Ordering::Relaxed);
+    });
+    // On the main thread: the workload's threads are started from it and
+    // carry its name (`lockprof`), not the runtime's.
+    let out = workload::run(w, threads, duration, stop)?;
     let mut text = format!(
         "{:?}: {} ops in {:.2} s ({:.0} ops/s, {} threads)\n",
         args.workload,
