@@ -90,7 +90,7 @@ value_enum!(Workload {
     Workload::Prio => "getpriority(PRIO_PGRP) readers against a forker (tasklist_lock read side)",
     Workload::Mmap => "mmap/munmap loops against page-faulting threads (mmap_lock)",
     Workload::Pgrp => "setpgid(0, 0) loops against kill(0, 0) loops (tasklist_lock)",
-    Workload::Futex => "threads taking a glibc and a Rust mutex in turn (user-space futex locks)",
+    Workload::Futex => "threads taking a glibc or a Rust mutex at random (user-space futex locks)",
     Workload::FutexPi => "threads taking one glibc priority-inheritance mutex (FUTEX_LOCK_PI)",
     Workload::Condvar => "consumers idle on a condition variable, fed by one producer (waits, not contention)",
 });

@@ -1,19 +1,40 @@
 //! `lockprof stress`: run a built-in contention scenario.
 
 use std::{
-    sync::{Arc, atomic::AtomicBool},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
-use crate::{cli::StressArgs, workload};
+use anyhow::Context as _;
 
-/// Runs the scenario and prints its throughput, then its own counts, one
-/// `<kind> <symbol> <n>` line each (`contended lockprof_stress_mutex 1234`).
+use crate::{
+    cli::StressArgs,
+    shutdown::{Hangup, on_signal},
+    workload,
+};
+
+/// Runs the scenario until `--duration` ends or SIGINT/SIGTERM/SIGHUP, and
+/// prints its throughput, then its own counts, one `<kind> <symbol> <n>`
+/// line each (`contended lockprof_stress_mutex 1234`).
 pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
-    let out = workload::run(args.workload, args.threads, Duration::from_secs_f64(args.duration), stop)?;
-    println!(
-        "{:?}: {} ops in {:.2} s ({:.0} ops/s, {} threads)",
+    let (w, threads, duration) = (args.workload, args.threads, Duration::from_secs_f64(args.duration));
+    let rt = super::runtime().context("starting the async runtime")?;
+    let (token, _) = rt.block_on(async { on_signal(Hangup::Stop) }).context("handling signals")?;
+    let s = stop.clone();
+    rt.spawn(async move {
+        token.cancelled().await;
+        // The workload's threads see the flag within a step.
+        s.store(true, Ordering::Relaxed);
+    });
+    // On the main thread: the workload's threads are started from it and
+    // carry its name (`lockprof`), not the runtime's.
+    let out = workload::run(w, threads, duration, stop)?;
+    let mut text = format!(
+        "{:?}: {} ops in {:.2} s ({:.0} ops/s, {} threads)\n",
         args.workload,
         out.ops,
         out.elapsed.as_secs_f64(),
@@ -21,7 +42,9 @@ pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
         args.threads
     );
     for c in &out.counts {
-        println!("{c}");
+        text.push_str(&format!("{c}\n"));
     }
+    // A closed pipe (`| head`) is not an error.
+    super::print_stdout(&text).context("writing the result")?;
     Ok(())
 }

@@ -32,7 +32,7 @@ pub enum Workload {
     /// setpgid(0, 0) loops against kill(0, 0) loops (tasklist_lock write and read sides).
     Pgrp,
     /// Threads taking a glibc `pthread_mutex_t` and a Rust `std::sync::Mutex`
-    /// in turn (user-space futex locks, the `futex` type).
+    /// at random (user-space futex locks, the `futex` type).
     Futex,
     /// Threads taking one glibc priority-inheritance mutex (`FUTEX_LOCK_PI`,
     /// the `futex-pi` type).
