@@ -289,7 +289,8 @@ fn lock_profile<S: StackSource>(
                     stack: rs.frames.clone(),
                     wait: Stats::clone(stats),
                     hold: hold.map(|h| Stats::clone(h)),
-                    user_caller: user.as_ref().and_then(|u| u.app_frame()),
+                    // A user-space lock's caller is its application frame already.
+                    user_caller: user.as_ref().filter(|_| !key.lock_type.is_user()).and_then(|u| u.app_frame()),
                     cgroups: Vec::new(),
                     user,
                 };

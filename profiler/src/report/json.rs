@@ -114,7 +114,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                     })
                 })
                 .collect();
-            json!({
+            let mut row = json!({
                 "name": l.name,
                 "name_source": l.name_source,
                 "class": l.class,
@@ -146,7 +146,13 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                     "wait_caused_ns": o.wait_caused_ns,
                     "wait_caused_max_ns": o.wait_caused_max_ns,
                 })).collect::<Vec<Value>>(),
-            })
+            });
+            // A user-space lock's process (kernel locks have none).
+            if let (Some(pid), Some(obj)) = (l.pid, row.as_object_mut()) {
+                obj.insert("pid".into(), json!(pid));
+                obj.insert("process".into(), json!(l.process));
+            }
+            row
         })
         .collect();
     let tasks: Vec<Value> = opts
