@@ -49,6 +49,19 @@ fn cgroup_text(found: &Result<CgroupFs, CgroupError>) -> String {
     }
 }
 
+/// Which futex tracepoints `--futex` can use, or why user-space locks
+/// cannot be traced.
+fn futex_text(have: &[String]) -> String {
+    let required = profiler_common::names::futex::REQUIRED;
+    if required.iter().all(|r| have.iter().any(|h| h == r)) {
+        format!("{} (user-space locks with --futex)", have.join(", "))
+    } else {
+        "missing syscalls:sys_enter_futex/sys_exit_futex (CONFIG_FTRACE_SYSCALLS is off, or tracefs is not mounted): \
+         --futex cannot trace user-space locks"
+            .into()
+    }
+}
+
 /// `doctor --json`: the kernel's facts, and the cgroup v2 mount.
 #[derive(Serialize)]
 struct DoctorJson<'a> {
@@ -78,6 +91,7 @@ pub fn render_doctor(d: &features::Doctor, cgroups: &Result<CgroupFs, CgroupErro
         d.tracefs.as_deref().unwrap_or("not mounted (classic tracepoints need it)")
     );
     let _ = writeln!(s, "lock tracepoints:  {}", yes(d.lock_tracepoints));
+    let _ = writeln!(s, "futex tracepoints: {}", futex_text(&d.futex_tracepoints));
     let _ = writeln!(s, "cgroup v2:         {}", cgroup_text(cgroups));
     let p = &d.privileges;
     let _ = writeln!(
@@ -242,5 +256,15 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains('\n'), "{text}");
+    }
+
+    #[test]
+    fn the_futex_line_lists_the_tracepoints_or_says_why_there_are_none() {
+        let have = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let text = futex_text(&have(&["sys_exit_futex", "sys_enter_futex"]));
+        assert_eq!(text, "sys_exit_futex, sys_enter_futex (user-space locks with --futex)");
+        let text = futex_text(&have(&["sys_enter_futex"]));
+        assert!(text.starts_with("missing syscalls:sys_enter_futex/sys_exit_futex (CONFIG_FTRACE_SYSCALLS"), "{text}");
+        assert!(futex_text(&[]).ends_with("--futex cannot trace user-space locks"));
     }
 }

@@ -66,6 +66,9 @@ pub struct Doctor {
     pub tracefs: Option<String>,
     /// lock:contention_* tracepoints exist.
     pub lock_tracepoints: bool,
+    /// The futex system calls' tracepoints this kernel has (`--futex`).
+    #[serde(default)]
+    pub futex_tracepoints: Vec<String>,
     /// Root, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_RESOURCE.
     pub privileges: PrivilegeFacts,
     /// Backends tried.
@@ -314,6 +317,10 @@ pub fn run() -> Doctor {
     let privs = check_privileges();
     let tracefs = if privs.cap_sys_admin { TraceFs::find_or_mount().ok() } else { TraceFs::find() };
     let lock_tracepoints = tracefs.as_ref().is_some_and(TraceFs::has_lock_events);
+    let futex_tracepoints = tracefs
+        .as_ref()
+        .map(|t| super::futex::available(t).into_iter().map(String::from).collect())
+        .unwrap_or_default();
     let (kallsyms, _) = check_kallsyms();
     // The kernel's BTF, read once for every check below.
     let kernel = KernelBtf::read();
@@ -370,6 +377,7 @@ pub fn run() -> Doctor {
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
         tracefs: tracefs.map(|t| t.root().display().to_string()),
         lock_tracepoints,
+        futex_tracepoints,
         privileges: privs.into(),
         backends,
         kallsyms,
