@@ -116,7 +116,8 @@ pub struct FutexWait {
     /// [`PROTO_ENDED`]; 0: a wait of its own).
     pub protocol: u32,
     /// The holder when the contention began, where the word or glibc's
-    /// mutex says.
+    /// mutex says; its `stack_id` is the owner's *user* stack where it took
+    /// the lock after a contention lockprof saw (else `STACK_SKIPPED`).
     pub owner: Owner,
 }
 

@@ -19,7 +19,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AGG_HOLD, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD,
-    EVENT_OUTLIER, LockType, MODE_AGGREGATE, Owner, STACK_USER_LOCK, USER_STACK_OFF, counter,
+    EVENT_OUTLIER, LockType, MODE_AGGREGATE, Owner, STACK_SKIPPED, STACK_USER_LOCK, counter,
     futex::{
         FUTEX_CMD_MASK, FUTEX_LOCK_PI, FUTEX_LOCK_PI2, FUTEX_TID_MASK, FUTEX_UNLOCK_PI, FUTEX_WAIT, FUTEX_WAIT_BITSET,
         FUTEX_WAIT_REQUEUE_PI, FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, FutexWait, GLIBC_MUTEX_OWNER_OFFSET,
@@ -141,7 +141,14 @@ fn owner_of(uaddr: u64, flags: u32, lll: bool, ids: Ids) -> Owner {
     if tid == 0 || tid >= PID_MAX_LIMIT || tid == ids.tid {
         return Owner { stack_id: STACK_USER_LOCK, ..Owner::default() };
     }
-    Owner { kind: owner::TASK, tid, tgid: ids.tgid, _pad: 0, stack_id: STACK_USER_LOCK, task: 0, comm: [0; 16] }
+    // The owner took the lock after a contention lockprof saw (its waits
+    // on the word are over, its release not seen yet): where it took it.
+    // SAFETY: plain value copied out of a live entry.
+    let stack_id = match unsafe { FUTEX_WAITS.get(tid) } {
+        Some(o) if o.uaddr == uaddr && o.enter_ns == 0 && o.exit_ns != 0 => o.user_stack_id,
+        _ => STACK_SKIPPED,
+    };
+    Owner { kind: owner::TASK, tid, tgid: ids.tgid, _pad: 0, stack_id, task: 0, comm: [0; 16] }
 }
 
 /// A futex wait begins: it continues the thread's open contention on the
@@ -333,8 +340,9 @@ fn account(ctx: &TracePointContext, cfg: &Config, st: &FutexWait, ids: Ids, now:
             tid: o.tid,
             tgid: o.tgid,
             flags: st.flags | AGG_BLAME,
-            stack_id: o.stack_id,
-            user_stack_id: USER_STACK_OFF,
+            // A user-space lock's owner stack is a user stack.
+            stack_id: STACK_USER_LOCK,
+            user_stack_id: o.stack_id,
             cgroup_id: 0,
             _pad: 0,
         };

@@ -182,8 +182,7 @@ fn yield_profile<S: StackSource>(y: &YieldAgg, resolver: &mut Resolver<S>, locks
 fn owners<S: StackSource>(
     key: &LockKey,
     agg: &LockAgg,
-    resolver: &mut Resolver<S>,
-    user_locks: &mut dyn UserLockNames,
+    stacks: &mut Stacks<'_, S>,
     task_name: TaskNames,
 ) -> Vec<OwnerProfile> {
     if agg.blame.is_empty() && !key.lock_type.records_owner() {
@@ -194,7 +193,7 @@ fn owners<S: StackSource>(
         // A user-space lock's owner read from the lock's memory is one only
         // if it is a thread of the lock's process (a Rust Mutex keeps its
         // data where glibc's keeps `__owner`): else its waits stay unknown.
-        if key.pid != 0 && who.owner_tid != 0 && !user_locks.is_thread(key.pid, who.owner_tid) {
+        if key.pid != 0 && who.owner_tid != 0 && !stacks.user_locks.is_thread(key.pid, who.owner_tid) {
             continue;
         }
         let (caller, stack) = if who.owner_tid == 0 {
@@ -202,8 +201,8 @@ fn owners<S: StackSource>(
         } else if who.stack_id == STACK_SKIPPED {
             (placeholders::ACQUIRED_UNSEEN.to_string(), Vec::new())
         } else {
-            let rs = resolver.stack(who.stack_id);
-            (rs.caller.clone(), rs.frames.to_vec())
+            let (rs, _) = stacks.caller(who.stack_id);
+            (rs.caller, rs.frames.to_vec())
         };
         let kind = if who.owner_tid == 0 { OwnerKind::Readers } else { OwnerKind::Task };
         let mut comm = comm_str(&b.comm);
@@ -320,7 +319,7 @@ fn lock_profile<S: StackSource>(
         slab: None,
         field: None,
         addresses: None,
-        owners: owners(key, agg, stacks.resolver, stacks.user_locks, task_name),
+        owners: owners(key, agg, stacks, task_name),
         rt_base,
         wait: agg.wait.clone(),
         hold: agg.hold.clone(),

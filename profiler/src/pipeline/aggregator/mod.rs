@@ -132,7 +132,13 @@ impl Aggregator {
         if o.kind != owner::UNKNOWN {
             let tid = if o.kind == owner::TASK { o.tid } else { 0 };
             let b = BlameAgg { tgid: o.tgid, comm: o.comm, waits: 1, wait_ns: ev.wait_ns, max_ns: ev.wait_ns };
-            self.fold_blame(LockKey::of(ev), BlameKey { owner_tid: tid, stack_id: o.stack_id }, &b);
+            // A user-space lock's owner stack is a user stack.
+            let stack_id = if ev.stack_id == STACK_USER_LOCK {
+                caller_id(&mut self.state.joined, STACK_USER_LOCK, o.stack_id)
+            } else {
+                o.stack_id
+            };
+            self.fold_blame(LockKey::of(ev), BlameKey { owner_tid: tid, stack_id }, &b);
         }
     }
 
@@ -189,7 +195,8 @@ impl Aggregator {
         };
         if key.flags & AGG_BLAME != 0 {
             let lock = LockKey::new(key.lock_addr, key.flags & !AGG_BLAME, key.tgid);
-            let who = BlameKey { owner_tid: key.tid, stack_id: key.stack_id };
+            let stack_id = caller_id(&mut self.state.joined, key.stack_id, key.user_stack_id);
+            let who = BlameKey { owner_tid: key.tid, stack_id };
             let b = BlameAgg { tgid: key.tgid, comm: v.comm, waits: v.count, wait_ns: v.total_ns, max_ns: v.max_ns };
             self.fold_blame(lock, who, &b);
             return;
