@@ -165,6 +165,16 @@ impl LockProfile {
         }
     }
 
+    /// [`display_name`](Self::display_name), with a user-space lock's
+    /// process (`big_lock in myapp[4242]`): a label unique per lock where
+    /// two processes' locks share a name (serve's series, cgroup rows).
+    pub fn process_name(&self) -> String {
+        match self.pid {
+            Some(pid) => format!("{} in {}[{pid}]", self.display_name(), self.process.as_deref().unwrap_or("?")),
+            None => self.display_name().to_string(),
+        }
+    }
+
     /// Short type label like perf's (`rwlock:W`), with what a PREEMPT_RT
     /// lock is underneath (`rwlock-rt:W(rwlock)`).
     pub fn type_label(&self) -> String {

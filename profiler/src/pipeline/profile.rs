@@ -672,7 +672,7 @@ impl<S: StackSource> ProfileBuilder<S> {
             for s in shares {
                 let c = top.get(&s.id).map(|(_, i)| &l.callers[*i]);
                 per_lock.entry(s.id).or_default().push(CgroupLock {
-                    lock: l.display_name().to_string(),
+                    lock: l.process_name(),
                     addr: l.addr,
                     lock_type: l.lock_type,
                     mode: l.mode,

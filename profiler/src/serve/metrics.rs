@@ -160,7 +160,7 @@ impl Exporter {
         self.series.retain(|id, _| keep.contains(id));
         for (id, l) in top {
             self.series.entry(id).or_insert_with(|| Series {
-                lock: l.display_name().to_string(),
+                lock: l.process_name(),
                 class: l.class.clone(),
                 slab: l.slab.clone().unwrap_or_default(),
                 field: l.field.clone().unwrap_or_default(),
