@@ -11,7 +11,7 @@ use super::{
     extras::FutexProgCost,
     is_futex_workload,
     markdown::{self, counter_lines, pct, rows},
-    runs::Sample,
+    runs::{BPFTRACE_FUTEX, Sample},
     stats::stats,
 };
 
@@ -117,7 +117,7 @@ fidelity (min-max) | lost |\n|---|---|---|---|---|---|---|---|"
         let rs = rows(w);
         let col = |label: &str| w.tracers.iter().position(|t| t.label() == label);
         for (i, t) in w.tracers.iter().enumerate() {
-            let shown = matches!(t, Tracer::Untraced | Tracer::Floor)
+            let shown = matches!(t, Tracer::Untraced | Tracer::Floor | Tracer::BpftraceFutex)
                 || ["lockprof", USER_STACKS, LOCKPROF_FUTEX].iter().any(|l| col(l) == Some(i));
             if !shown {
                 continue;
@@ -136,18 +136,18 @@ fidelity (min-max) | lost |\n|---|---|---|---|---|---|---|---|"
                 if matches!(t, Tracer::Lockprof { .. }) { r.lost.to_string() } else { "-".into() },
             );
         }
-        for peer in ["lockprof", USER_STACKS] {
-            if let (Some(a), Some(b)) = (col(peer), col(LOCKPROF_FUTEX)) {
+        for (who, peer) in [(LOCKPROF_FUTEX, "lockprof"), (LOCKPROF_FUTEX, USER_STACKS), (BPFTRACE_FUTEX, "untraced")] {
+            if let (Some(a), Some(b)) = (col(peer), col(who)) {
                 let ratios = w.samples[b].iter().zip(&w.samples[a]).map(|(f, p)| f.ops_per_s / p.ops_per_s.max(1e-9));
-                paired.push((w.name.clone(), peer, stats(ratios.collect())));
+                paired.push((w.name.clone(), who, peer, stats(ratios.collect())));
             }
         }
     }
     md.push('\n');
-    for (name, peer, r) in paired {
+    for (name, who, peer, r) in paired {
         let _ = writeln!(
             md,
-            "- {name}: `{LOCKPROF_FUTEX}` ops/s over `{peer}` ops/s of the same round, median (min-max): {}",
+            "- {name}: `{who}` ops/s over `{peer}` ops/s of the same round, median (min-max): {}",
             range(r)
         );
     }
@@ -274,16 +274,21 @@ mod tests {
             tracers: vec![
                 Tracer::Untraced,
                 Tracer::Floor,
+                Tracer::BpftraceFutex,
                 lp("lockprof --mode stream"),
                 lp("lockprof"),
                 lp(LOCKPROF_FUTEX),
             ],
-            samples: vec![vec![s(100.0)], vec![s(100.0)], vec![s(50.0)], vec![s(98.0)], vec![s(49.0)]],
+            samples: vec![vec![s(100.0)], vec![s(100.0)], vec![s(90.0)], vec![s(50.0)], vec![s(98.0)], vec![s(49.0)]],
         };
         let md = render("kernel k", &opts(), &[w], None);
         assert!(md.contains("| pipe | lockprof | 98 | 0.980x |"), "{md}");
         assert!(md.contains("| pipe | lockprof --futex | 49 | 0.490x |"), "{md}");
-        assert!(!md.contains("--mode stream"), "only the four tracers compared: {md}");
+        assert!(!md.contains("--mode stream"), "only the futex-relevant tracers compared: {md}");
+        assert!(md.contains("| pipe | bpftrace futex count | 90 | 0.900x |"), "{md}");
+        assert!(
+            md.contains("`bpftrace futex count` ops/s over `untraced` ops/s of the same round, median (min-max): 0.90")
+        );
         assert!(md.contains("- pipe: `lockprof --futex` ops/s over `lockprof` ops/s of the same round, median (min-max): 0.50 (0.50-0.50)"), "{md}");
     }
 

@@ -85,8 +85,9 @@ pub const USER_STACKS: &str = "lockprof --user-stacks";
 /// The tracers of the rotation of `workload`: a user-space lock workload
 /// runs untraced, under the bpftrace futex floor, and under lockprof
 /// without and with `--futex`; the others under every kernel-lock tracer.
-/// With `futex_only`, the others run just untraced, the floor, lockprof,
-/// lockprof --user-stacks (which `--futex` implies) and lockprof --futex.
+/// With `futex_only`, the others run just untraced, the floor, the bpftrace
+/// futex counter, lockprof, lockprof --user-stacks (which `--futex`
+/// implies) and lockprof --futex.
 fn tracers(o: &Opts, workload: &str) -> Vec<Tracer> {
     if is_futex_workload(workload) {
         let mut t = vec![Tracer::Untraced];
@@ -97,13 +98,14 @@ fn tracers(o: &Opts, workload: &str) -> Vec<Tracer> {
         return t;
     }
     if o.futex_only {
-        return vec![
-            Tracer::Untraced,
-            Tracer::Floor,
-            lp("lockprof", &[]),
-            lp(USER_STACKS, &["--user-stacks"]),
-            lp(LOCKPROF_FUTEX, &["--futex"]),
-        ];
+        // The bpftrace futex counter too: what being on the futex syscall
+        // tracepoints costs a workload that makes no futex calls.
+        let mut t = vec![Tracer::Untraced, Tracer::Floor];
+        if bpftrace::available() {
+            t.push(Tracer::BpftraceFutex);
+        }
+        t.extend([lp("lockprof", &[]), lp(USER_STACKS, &["--user-stacks"]), lp(LOCKPROF_FUTEX, &["--futex"])]);
+        return t;
     }
     let mut t = vec![Tracer::Untraced, Tracer::Floor];
     if perf_b().is_some() {

@@ -15,6 +15,9 @@ use serde_json::Value;
 use super::{bpftrace, futex_rows};
 use crate::util::workspace_root;
 
+/// The bpftrace futex counter's label.
+pub const BPFTRACE_FUTEX: &str = "bpftrace futex count";
+
 /// Who watches the workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tracer {
@@ -42,7 +45,7 @@ impl Tracer {
             Tracer::Untraced => "untraced",
             Tracer::Floor => "floor",
             Tracer::PerfB => "perf -b",
-            Tracer::BpftraceFutex => "bpftrace futex count",
+            Tracer::BpftraceFutex => BPFTRACE_FUTEX,
             Tracer::Lockprof { label, .. } => label,
         }
     }
