@@ -49,7 +49,7 @@ enum Cmd {
         #[arg(long, default_value_t = 4)]
         threads: usize,
         /// Workloads, comma separated.
-        #[arg(long, value_delimiter = ',', default_value = "pipe,fork,unlink,prio")]
+        #[arg(long, value_delimiter = ',', default_value = "pipe,fork,unlink,prio,futex")]
         workloads: Vec<String>,
         /// Extra lockprof designs in the rotation, `label=record args` (repeatable).
         #[arg(long = "variant", value_name = "LABEL=ARGS")]
@@ -71,6 +71,11 @@ enum Cmd {
         /// their section of BENCHMARKS.md, the rest untouched.
         #[arg(long, conflicts_with = "rotation_only")]
         costs_only: bool,
+        /// Only the user-space lock cost (the futex storm against the bpftrace floor, the other
+        /// --workloads with and without --futex, the futex programs): replaces its section of
+        /// BENCHMARKS.md, the rest untouched.
+        #[arg(long, conflicts_with_all = ["rotation_only", "costs_only", "soak"])]
+        futex_only: bool,
     },
     /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
@@ -161,6 +166,7 @@ fn main() -> Result<()> {
             no_guest,
             costs_only,
             soak,
+            futex_only,
         } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
@@ -188,6 +194,7 @@ fn main() -> Result<()> {
                 guest: !no_guest && !rotation_only,
                 costs_only,
                 soak_only: soak,
+                futex_only,
             })
         }
     }

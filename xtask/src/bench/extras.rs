@@ -4,7 +4,10 @@
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use super::runs::{lockprof, lockprof_bench, start_tracer, stop_tracer, stress};
+use super::{
+    bpftrace,
+    runs::{lockprof, lockprof_bench, start_tracer, stop_tracer, stress},
+};
 use crate::util::output;
 
 /// (program id, average ns per run, runs).
@@ -50,26 +53,91 @@ pub struct Costs {
     pub tracers: Vec<(String, Vec<ProgCost>)>,
 }
 
-/// One pipe-storm run per tracer with the kernel's BPF run-time statistics on.
-pub fn program_cost_table(threads: usize, secs: f64) -> Result<Costs> {
+/// `f` with the kernel's BPF run-time statistics on (restored after).
+fn with_bpf_stats<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
     let old = std::fs::read_to_string(KNOB).unwrap_or_else(|_| "0".into());
     std::fs::write(KNOB, "1").context("enabling bpf_stats")?;
-    let res = tracer_costs(threads, secs);
+    let res = f();
     let _ = std::fs::write(KNOB, old.trim());
-    Ok(Costs { threads, secs, tracers: res? })
+    res
+}
+
+/// One pipe-storm run per tracer with the kernel's BPF run-time statistics on.
+pub fn program_cost_table(threads: usize, secs: f64) -> Result<Costs> {
+    let tracers = with_bpf_stats(|| tracer_costs(threads, secs))?;
+    Ok(Costs { threads, secs, tracers })
+}
+
+/// One program's cost on the futex storm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FutexProgCost {
+    /// Who loaded it: `lockprof --futex` or the bpftrace floor.
+    pub tracer: &'static str,
+    /// Its name as the kernel keeps it (15 characters).
+    pub name: String,
+    /// Average run time, ns.
+    pub avg_ns: f64,
+    /// Runs.
+    pub runs: u64,
+}
+
+/// The programs of `costs` whose names `keep` accepts, named.
+fn named_costs(
+    tracer: &'static str,
+    costs: Vec<ProgCost>,
+    names: &Value,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<FutexProgCost> {
+    costs
+        .into_iter()
+        .filter_map(|(id, avg_ns, runs)| {
+            let name = names.get(id.to_string()).and_then(Value::as_str).unwrap_or_default();
+            keep(name).then(|| FutexProgCost { tracer, name: name.to_string(), avg_ns, runs })
+        })
+        .collect()
+}
+
+/// The futex programs' costs on a futex storm (`secs` seconds, bpf_stats
+/// on): `lockprof --futex`'s programs on the futex syscalls, and the
+/// bpftrace floor's two counters.
+pub fn futex_program_costs(threads: usize, secs: f64) -> Result<Vec<FutexProgCost>> {
+    with_bpf_stats(|| {
+        let mut c = lockprof();
+        c.args(["record", "--format", "json", "--top", "1", "--futex"]);
+        let t = start_tracer(c, "lockprof: recording")?;
+        let storm = stress("futex", threads, secs);
+        let names = bench_json(&["prog-names"]);
+        let costs = program_costs(t.id());
+        stop_tracer(t)?;
+        storm.context("futex storm")?;
+        let mut out = named_costs("lockprof --futex", costs, &names?, |n| n.starts_with("futex"));
+        if bpftrace::available() {
+            let b = bpftrace::start()?;
+            let storm = stress("futex", threads, secs);
+            let names = bench_json(&["prog-names"]);
+            let costs = program_costs(b.pid());
+            bpftrace::stop(b)?;
+            storm.context("futex storm")?;
+            // bpftrace names its programs after the probe (`sys_enter_futex`,
+            // or a prefix of `tracepoint:...`): every one it loaded counts.
+            out.extend(named_costs("bpftrace futex count", costs, &names?, |_| true));
+        }
+        Ok(out)
+    })
 }
 
 /// Each tracer's programs' costs after `secs` of pipe storm (bpf_stats on).
 fn tracer_costs(threads: usize, secs: f64) -> Result<Vec<(String, Vec<ProgCost>)>> {
     let mut res = Vec::new();
-    let runs: [(&str, &[&str]); 7] = [
+    let runs: [(&str, &[&str]); 8] = [
         ("floor", &["floor"]),
         ("lockprof (default)", &["record", "--format", "json", "--top", "1"]),
         ("lockprof --no-owners", &["record", "--format", "json", "--top", "1", "--no-owners"]),
         ("lockprof --mode stream", &["record", "--format", "json", "--top", "1", "--mode", "stream"]),
         ("lockprof --no-cgroups", &["record", "--format", "json", "--top", "1", "--no-cgroups"]),
         ("lockprof --user-stacks", &["record", "--format", "json", "--top", "1", "--user-stacks"]),
+        ("lockprof --futex", &["record", "--format", "json", "--top", "1", "--futex"]),
         (
             "lockprof --user-stacks --stack-rate 0",
             &["record", "--format", "json", "--top", "1", "--user-stacks", "--stack-rate", "0"],
@@ -100,6 +168,20 @@ pub fn bench_json(args: &[&str]) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn futex_costs_keep_the_named_programs() {
+        let names =
+            serde_json::json!({"3": "futex_enter", "4": "contention_begi", "5": "futex_exit", "6": "futex_wait_ente"});
+        let costs = vec![(3, 80.0, 1000), (4, 200.0, 50), (5, 120.0, 990), (6, 60.0, 0)];
+        let got = named_costs("lockprof --futex", costs, &names, |n| n.starts_with("futex"));
+        let names: Vec<&str> = got.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["futex_enter", "futex_exit", "futex_wait_ente"]);
+        assert_eq!(
+            got[1],
+            FutexProgCost { tracer: "lockprof --futex", name: "futex_exit".into(), avg_ns: 120.0, runs: 990 }
+        );
+    }
 
     #[test]
     fn costs_are_picked_by_program_name_not_by_id() {

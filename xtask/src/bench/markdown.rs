@@ -5,7 +5,15 @@ use std::{fmt::Write as _, process::Command};
 
 use serde_json::Value;
 
-use super::{Opts, Tracer, WorkloadRuns, extras::Costs, guest::GuestRuns, runs::perf_b, stats::stats};
+use super::{
+    Opts, Tracer, WorkloadRuns,
+    extras::{Costs, FutexProgCost},
+    futex_section,
+    guest::GuestRuns,
+    is_futex_workload,
+    runs::perf_b,
+    stats::stats,
+};
 use crate::util::{output, workspace_root};
 
 /// Measurements beside the rotation.
@@ -139,7 +147,7 @@ pub fn replace_section(doc: &str, heading: &str, section: &str) -> Option<String
     Some(format!("{}{section}{}", &doc[..start], &doc[end..]))
 }
 
-fn pct(x: f64) -> String {
+pub fn pct(x: f64) -> String {
     format!("{x:.3}x")
 }
 
@@ -150,6 +158,7 @@ pub fn render(
     results: &[WorkloadRuns],
     extras: Option<&Extras>,
     guest: Option<&GuestRuns>,
+    futex_costs: Option<&[FutexProgCost]>,
 ) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmarks\n");
@@ -179,7 +188,7 @@ counted in its own run of that round (median, and min-max over rounds): how much
 profile describes. Spread is (max - min) / median of ops/s. Lost counts ring-buffer, map and userspace losses.\n",
         o.rounds, o.duration, o.threads
     );
-    for w in results {
+    for w in results.iter().filter(|w| !is_futex_workload(&w.name)) {
         let rs = rows(w);
         let _ = writeln!(md, "## {}\n", w.name);
         let _ = writeln!(
@@ -202,23 +211,11 @@ profile describes. Spread is (max - min) / median of ops/s. Lost counts ring-buf
             );
         }
         md.push('\n');
-        for (t, ss) in w.tracers.iter().zip(&w.samples) {
-            if let (Tracer::Lockprof { label, .. }, Some(last)) = (t, ss.last())
-                && let Some(d) = last.drops.as_object()
-            {
-                let nonzero: Vec<String> = d
-                    .iter()
-                    .filter(|(_, v)| v.as_u64().is_some_and(|n| n > 0))
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                let _ = writeln!(
-                    md,
-                    "- {label}, last run's counters: {}",
-                    if nonzero.is_empty() { "all zero".into() } else { nonzero.join(" ") }
-                );
-            }
-        }
+        counter_lines(&mut md, w);
         md.push('\n');
+    }
+    if results.iter().any(|w| is_futex_workload(&w.name)) {
+        md.push_str(&futex_section::render(facts, o, results, futex_costs));
     }
     if let Some(e) = extras {
         extras_tables(&mut md, e);
@@ -229,6 +226,23 @@ profile describes. Spread is (max - min) / median of ops/s. Lost counts ring-buf
     }
     md.push_str(NOTES);
     md
+}
+
+/// One line per lockprof tracer of `w`: its last run's nonzero counters.
+pub fn counter_lines(md: &mut String, w: &WorkloadRuns) {
+    for (t, ss) in w.tracers.iter().zip(&w.samples) {
+        if let (Tracer::Lockprof { label, .. }, Some(last)) = (t, ss.last())
+            && let Some(d) = last.drops.as_object()
+        {
+            let nonzero: Vec<String> =
+                d.iter().filter(|(_, v)| v.as_u64().is_some_and(|n| n > 0)).map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(
+                md,
+                "- {label}, last run's counters: {}",
+                if nonzero.is_empty() { "all zero".into() } else { nonzero.join(" ") }
+            );
+        }
+    }
 }
 
 fn extras_tables(md: &mut String, e: &Extras) {

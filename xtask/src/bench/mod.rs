@@ -7,7 +7,10 @@
 //! costs, userspace throughput, memory and attach time, and hold timing in
 //! a guest kernel. Rewrites BENCHMARKS.md.
 
+mod bpftrace;
 mod extras;
+mod futex_rows;
+mod futex_section;
 mod guest;
 mod markdown;
 mod runs;
@@ -43,7 +46,22 @@ pub struct Opts {
     pub costs_only: bool,
     /// Only the serve soak, replacing its section of BENCHMARKS.md.
     pub soak_only: bool,
+    /// Only the user-space lock cost: the futex workloads against the
+    /// bpftrace floor, the other workloads with and without `--futex`, and
+    /// the futex programs' costs, replacing their section of BENCHMARKS.md.
+    pub futex_only: bool,
 }
+
+/// The user-space lock workloads: rotated against the bpftrace futex
+/// floor and reported in the futex section, not in a table of their own.
+const FUTEX_WORKLOADS: [&str; 3] = ["futex", "futex-pi", "condvar"];
+
+fn is_futex_workload(w: &str) -> bool {
+    FUTEX_WORKLOADS.contains(&w)
+}
+
+/// Seconds of futex storm per tracer for the futex programs' costs (at most).
+const FUTEX_COST_SECS: f64 = 2.0;
 
 /// Rounds and seconds per run of the guest benchmark.
 const GUEST_ROUNDS: usize = 3;
@@ -52,22 +70,54 @@ const GUEST_SECS: f64 = 3.0;
 /// Seconds of pipe storm per tracer for the program costs (at most).
 const COST_SECS: f64 = 2.0;
 
-/// The tracers of the rotation.
-fn tracers(o: &Opts) -> Vec<Tracer> {
-    let lp = |label: &str, args: &[&str]| Tracer::Lockprof {
-        label: label.to_string(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-    };
+fn lp(label: &str, args: &[&str]) -> Tracer {
+    Tracer::Lockprof { label: label.to_string(), args: args.iter().map(|a| a.to_string()).collect() }
+}
+
+/// `lockprof --futex`, in every rotation: on a kernel-lock workload it
+/// shows what tracing futexes costs when no futex is contended.
+pub const LOCKPROF_FUTEX: &str = "lockprof --futex";
+
+/// `lockprof --user-stacks`: what `--futex` implies, so its peer on the
+/// kernel-lock workloads.
+pub const USER_STACKS: &str = "lockprof --user-stacks";
+
+/// The tracers of the rotation of `workload`: a user-space lock workload
+/// runs untraced, under the bpftrace futex floor, and under lockprof
+/// without and with `--futex`; the others under every kernel-lock tracer.
+/// With `futex_only`, the others run just untraced, the floor, the bpftrace
+/// futex counter, lockprof, lockprof --user-stacks (which `--futex`
+/// implies) and lockprof --futex.
+fn tracers(o: &Opts, workload: &str) -> Vec<Tracer> {
+    if is_futex_workload(workload) {
+        let mut t = vec![Tracer::Untraced];
+        if bpftrace::available() {
+            t.push(Tracer::BpftraceFutex);
+        }
+        t.extend([lp("lockprof", &[]), lp(LOCKPROF_FUTEX, &["--futex"])]);
+        return t;
+    }
+    if o.futex_only {
+        // The bpftrace futex counter too: what being on the futex syscall
+        // tracepoints costs a workload that makes no futex calls.
+        let mut t = vec![Tracer::Untraced, Tracer::Floor];
+        if bpftrace::available() {
+            t.push(Tracer::BpftraceFutex);
+        }
+        t.extend([lp("lockprof", &[]), lp(USER_STACKS, &["--user-stacks"]), lp(LOCKPROF_FUTEX, &["--futex"])]);
+        return t;
+    }
     let mut t = vec![Tracer::Untraced, Tracer::Floor];
     if perf_b().is_some() {
         t.push(Tracer::PerfB);
     }
     t.push(lp("lockprof", &[]));
+    t.push(lp(LOCKPROF_FUTEX, &["--futex"]));
     t.push(lp("lockprof --mode stream", &["--mode", "stream"]));
     t.push(lp("lockprof --stack-rate 0", &["--stack-rate", "0"]));
     // The application's view: user stacks walked with the kernel stacks, and
     // the price of the cgroup id every wait records by default.
-    t.push(lp("lockprof --user-stacks", &["--user-stacks"]));
+    t.push(lp(USER_STACKS, &["--user-stacks"]));
     t.push(lp("lockprof --no-cgroups", &["--no-cgroups"]));
     for v in &o.variants {
         let (label, args) = v.split_once('=').unwrap_or((v.as_str(), ""));
@@ -98,10 +148,14 @@ fn bench_workload(name: &str, tracers: &[Tracer], o: &Opts) -> Result<WorkloadRu
             let s = runs::run(&tracers[i], name, o.threads, o.duration)
                 .with_context(|| format!("{name} / {}", tracers[i].label()))?;
             eprintln!(
-                "bench: {name:<7} round {round} {:<28} {:>12.0} ops/s {}",
+                "bench: {name:<7} round {round} {:<28} {:>12.0} ops/s {}{}",
                 tracers[i].label(),
                 s.ops_per_s,
-                s.rate().map(|r| format!("{r:>10.0} contentions/s")).unwrap_or_default()
+                s.rate().map(|r| format!("{r:>10.0} contentions/s")).unwrap_or_default(),
+                s.per_s(s.futex_seen)
+                    .zip(s.per_s(s.own_contended))
+                    .map(|(f, w)| format!(" futex {f:.0}/s of the workload's {w:.0}/s"))
+                    .unwrap_or_default()
             );
             samples[i].push(s);
         }
@@ -118,13 +172,20 @@ pub fn run(o: &Opts) -> Result<()> {
     if o.soak_only {
         return soak_only(o);
     }
+    if o.futex_only {
+        return futex_only(o);
+    }
     let facts = markdown::machine_facts();
     eprintln!("bench: {facts}");
-    let tracers = tracers(o);
     let mut results = Vec::new();
     for w in &o.workloads {
-        results.push(bench_workload(w, &tracers, o)?);
+        results.push(bench_workload(w, &tracers(o, w), o)?);
     }
+    let futex_costs = if o.rotation_only || !o.workloads.iter().any(|w| is_futex_workload(w)) {
+        None
+    } else {
+        Some(extras::futex_program_costs(o.threads, o.duration.min(FUTEX_COST_SECS))?)
+    };
     let extras = if o.rotation_only {
         None
     } else {
@@ -148,7 +209,7 @@ pub fn run(o: &Opts) -> Result<()> {
         }
         None => (None, None),
     };
-    let mut md = markdown::render(&facts, o, &results, extras.as_ref(), guest.as_ref());
+    let mut md = markdown::render(&facts, o, &results, extras.as_ref(), guest.as_ref(), futex_costs.as_deref());
     if let Some(why) = guest_failed {
         md.push_str(&format!("\n## Guest kernel\n\nThe guest measurement failed in this run: {why}\n"));
     }
@@ -167,6 +228,31 @@ fn soak_only(o: &Opts) -> Result<()> {
     eprintln!("bench: serve soak for {} s", o.soak_secs);
     let section = markdown::soak_section(&soak::serve_soak(o.soak_secs, 2)?);
     rewrite_section(&path, &doc, markdown::SOAK_HEADING, &section, "the soak")
+}
+
+/// The user-space lock cost alone: the futex workloads (`futex` when none
+/// is given) and the other workloads given, in short rotations, and the
+/// futex programs' costs; replaces (or adds) their section of BENCHMARKS.md.
+fn futex_only(o: &Opts) -> Result<()> {
+    let path = workspace_root().join("BENCHMARKS.md");
+    let doc = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let facts = markdown::machine_facts();
+    eprintln!("bench: {facts}");
+    let mut workloads = o.workloads.clone();
+    if !workloads.iter().any(|w| is_futex_workload(w)) {
+        workloads.insert(0, "futex".to_string());
+    }
+    let mut results = Vec::new();
+    for w in &workloads {
+        results.push(bench_workload(w, &tracers(o, w), o)?);
+    }
+    let costs = extras::futex_program_costs(o.threads, o.duration.min(FUTEX_COST_SECS))?;
+    let section = futex_section::render(&facts, o, &results, Some(&costs));
+    print!("{section}");
+    let md = futex_section::put(&doc, &section);
+    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("bench: rewrote the futex section in {}", path.display());
+    Ok(())
 }
 
 /// Prints `section` and puts it in place of `heading`'s section of `doc`,

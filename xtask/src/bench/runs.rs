@@ -12,7 +12,11 @@ use anyhow::{Context as _, Result, bail};
 use profiler_common::counter::{self, user};
 use serde_json::Value;
 
+use super::{bpftrace, futex_rows};
 use crate::util::workspace_root;
+
+/// The bpftrace futex counter's label.
+pub const BPFTRACE_FUTEX: &str = "bpftrace futex count";
 
 /// Who watches the workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +27,8 @@ pub enum Tracer {
     Floor,
     /// `perf lock contention -ab` (perf built with its BPF skeletons).
     PerfB,
+    /// A bpftrace script counting futex system calls: the futex floor.
+    BpftraceFutex,
     /// `lockprof record` with these extra arguments.
     Lockprof {
         /// Column label.
@@ -39,6 +45,7 @@ impl Tracer {
             Tracer::Untraced => "untraced",
             Tracer::Floor => "floor",
             Tracer::PerfB => "perf -b",
+            Tracer::BpftraceFutex => BPFTRACE_FUTEX,
             Tracer::Lockprof { label, .. } => label,
         }
     }
@@ -53,8 +60,20 @@ pub struct Sample {
     pub ops: f64,
     /// Seconds the workload ran.
     pub secs: f64,
-    /// Contentions the tracer reported (floor: contention ends counted).
+    /// Kernel-lock contentions the tracer reported (floor: contention ends
+    /// counted; lockprof: its events less its futex rows).
     pub contentions: Option<f64>,
+    /// Futex system calls the bpftrace floor counted (entries, all processes).
+    pub futex_calls: Option<f64>,
+    /// Futex contentions lockprof reported on the workload's own locks
+    /// (its futex rows at their addresses, see `futex_rows`).
+    pub futex_seen: Option<f64>,
+    /// Per lock the workload counted: (symbol, its contended count,
+    /// lockprof's futex contentions on it).
+    pub per_lock: Vec<(String, f64, f64)>,
+    /// Contended acquisitions the workload counted itself (user-space lock
+    /// workloads), summed over its locks.
+    pub own_contended: Option<f64>,
     /// Total wait the tracer reported, ns.
     pub wait_ns: Option<f64>,
     /// Events the tracer lost (lockprof: ring buffer, maps, userspace).
@@ -67,6 +86,11 @@ impl Sample {
     /// Contentions per second of workload.
     pub fn rate(&self) -> Option<f64> {
         self.contentions.map(|c| c / self.secs.max(1e-9))
+    }
+
+    /// Per second of workload.
+    pub fn per_s(&self, n: Option<f64>) -> Option<f64> {
+        n.map(|c| c / self.secs.max(1e-9))
     }
 }
 
@@ -140,16 +164,45 @@ fn stress_args(workload: &str, threads: usize, duration: f64) -> Vec<String> {
     ]
 }
 
-/// `Pipe: N ops in S s (R ops/s, T threads)` -> (ops, seconds).
-fn parse_stress(out: &str) -> Result<(f64, f64)> {
+/// What `lockprof stress` printed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stress {
+    /// Operations.
+    pub ops: f64,
+    /// Seconds.
+    pub secs: f64,
+    /// The workload's `contended <symbol> <n>` counts (user-space lock
+    /// workloads; empty for the others).
+    pub contended: Vec<(String, u64)>,
+}
+
+impl Stress {
+    /// Contended acquisitions over all the workload's locks, if it counts them.
+    pub fn contended_total(&self) -> Option<f64> {
+        (!self.contended.is_empty()).then(|| self.contended.iter().map(|c| c.1 as f64).sum())
+    }
+}
+
+/// `Pipe: N ops in S s (R ops/s, T threads)`, then the user-space lock
+/// workloads' `<kind> <symbol> <n>` lines, of which `contended` ones are kept.
+fn parse_stress(out: &str) -> Result<Stress> {
     let line = out.lines().find(|l| l.contains(" ops in ")).with_context(|| format!("no stress line in {out:?}"))?;
     let mut w = line.split_whitespace();
     let ops = w.nth(1).and_then(|v| v.parse().ok());
     let secs = w.nth(2).and_then(|v| v.parse().ok());
-    ops.zip(secs).with_context(|| format!("cannot parse stress output {line:?}"))
+    let (ops, secs) = ops.zip(secs).with_context(|| format!("cannot parse stress output {line:?}"))?;
+    let mut contended = Vec::new();
+    for l in out.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if let ["contended", symbol, n] = w[..] {
+            let n = n.parse().with_context(|| format!("cannot parse stress count {l:?}"))?;
+            contended.push((symbol.to_string(), n));
+        }
+    }
+    Ok(Stress { ops, secs, contended })
 }
 
-pub fn stress(workload: &str, threads: usize, duration: f64) -> Result<(f64, f64)> {
+pub fn stress(workload: &str, threads: usize, duration: f64) -> Result<Stress> {
     let out = lockprof().args(stress_args(workload, threads, duration)).output().context("running stress")?;
     if !out.status.success() {
         bail!("stress failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -203,21 +256,40 @@ fn lost_of(drops: &Value) -> u64 {
     .sum()
 }
 
+/// The user-space lock types of lockprof's JSON (`--futex`).
+fn is_futex_type(t: &Value) -> bool {
+    matches!(t.as_str(), Some("futex" | "futex-pi"))
+}
+
+/// From lockprof's JSON report: (kernel-lock contentions: its events less
+/// its futex rows; total wait of its kernel-lock rows, ns).
+fn lockprof_counts(v: &Value) -> (Option<f64>, f64) {
+    let rows = v["locks"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let futex: f64 =
+        rows.iter().filter(|l| is_futex_type(&l["type"])).map(|l| l["contended"].as_f64().unwrap_or(0.0)).sum();
+    let wait = rows.iter().filter(|l| !is_futex_type(&l["type"])).filter_map(|l| l["wait_total_ns"].as_f64()).sum();
+    (v["events"].as_f64().map(|e| e - futex), wait)
+}
+
 /// Runs `workload` once under `tracer`.
 pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Result<Sample> {
-    let (ops, secs, contentions, wait_ns, drops) = match tracer {
-        Tracer::Untraced => {
-            let (ops, secs) = stress(workload, threads, duration)?;
-            (ops, secs, None, None, Value::Null)
-        }
+    let mut sample = Sample::default();
+    let st = match tracer {
+        Tracer::Untraced => stress(workload, threads, duration)?,
         Tracer::Floor => {
             let mut c = lockprof_bench();
             c.arg("floor");
             let t = start_tracer(c, "floor attached")?;
             let r = stress(workload, threads, duration);
             let v = stop_tracer(t)?;
-            let (ops, secs) = r?;
-            (ops, secs, v["ends"].as_f64(), None, Value::Null)
+            sample.contentions = v["ends"].as_f64();
+            r?
+        }
+        Tracer::BpftraceFutex => {
+            let t = bpftrace::start()?;
+            let r = stress(workload, threads, duration);
+            sample.futex_calls = Some(bpftrace::stop(t)?.enters);
+            r?
         }
         Tracer::PerfB => {
             let perf = perf_b().context("perf-b is not on this machine")?;
@@ -230,9 +302,9 @@ pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Re
             if !out.status.success() {
                 bail!("perf-b failed: {}", String::from_utf8_lossy(&out.stderr));
             }
-            let (ops, secs) = parse_stress(&String::from_utf8_lossy(&out.stdout))?;
             let (c, w) = parse_perf(&String::from_utf8_lossy(&out.stderr));
-            (ops, secs, Some(c), Some(w), Value::Null)
+            (sample.contentions, sample.wait_ns) = (Some(c), Some(w));
+            parse_stress(&String::from_utf8_lossy(&out.stdout))?
         }
         Tracer::Lockprof { args, .. } => {
             let mut c = lockprof();
@@ -240,15 +312,26 @@ pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Re
             let t = start_tracer(c, "lockprof: recording")?;
             let r = stress(workload, threads, duration);
             let v = stop_tracer(t)?;
-            let (ops, secs) = r?;
-            let wait: f64 = v["locks"]
-                .as_array()
-                .map(|ls| ls.iter().filter_map(|l| l["wait_total_ns"].as_f64()).sum())
-                .unwrap_or(0.0);
-            (ops, secs, v["events"].as_f64(), Some(wait), v["drops"].clone())
+            let st = r?;
+            let (kernel, wait) = lockprof_counts(&v);
+            (sample.contentions, sample.wait_ns) = (kernel, Some(wait));
+            if !st.contended.is_empty() {
+                let syms = futex_rows::stress_symbols(&release_bin("lockprof"))?;
+                let locks: Vec<String> = st.contended.iter().map(|c| c.0.clone()).collect();
+                let seen = futex_rows::seen_per_lock(&v, &syms, &locks);
+                sample.per_lock =
+                    st.contended.iter().zip(seen).map(|((l, own), (_, n))| (l.clone(), *own as f64, n)).collect();
+                sample.futex_seen = Some(sample.per_lock.iter().map(|p| p.2).sum());
+            }
+            sample.lost = lost_of(&v["drops"]);
+            sample.drops = v["drops"].clone();
+            st
         }
     };
-    Ok(Sample { ops_per_s: ops / secs.max(1e-9), ops, secs, contentions, wait_ns, lost: lost_of(&drops), drops })
+    sample.own_contended = st.contended_total();
+    sample.ops_per_s = st.ops / st.secs.max(1e-9);
+    (sample.ops, sample.secs) = (st.ops, st.secs);
+    Ok(sample)
 }
 
 #[cfg(test)]
@@ -259,12 +342,45 @@ mod tests {
     fn stress_and_perf_outputs_parse() {
         assert_eq!(
             parse_stress("Pipe: 1310614 ops in 2.00 s (654250 ops/s, 4 threads)\n").ok(),
-            Some((1310614.0, 2.0))
+            Some(Stress { ops: 1310614.0, secs: 2.0, contended: vec![] })
         );
         assert!(parse_stress("garbage").is_err());
         let perf = " contended   total wait     max wait     avg wait         type   caller\n\n     74800    185.91 ms      6.62 ms      2.48 us        mutex   vfs_write+0x398\n      3484     35.71 us    276.45 us     10.25 us     spinlock   exit_to_user_mode_loop+0x51\n";
         let (c, w) = parse_perf(perf);
         assert_eq!(c, 78284.0);
         assert!((w - (185.91e6 + 35.71e3)).abs() < 1.0, "{w}");
+    }
+
+    #[test]
+    fn stress_futex_output_parses_with_its_counts() {
+        let out = "Futex: 81234 ops in 3.00 s (27078 ops/s, 4 threads)\n\
+acquired lockprof_stress_mutex 40617\ncontended lockprof_stress_mutex 21000\n\
+acquired lockprof_stress_std_mutex 40617\ncontended lockprof_stress_std_mutex 9000\n";
+        let st = parse_stress(out).expect("parses");
+        assert_eq!((st.ops, st.secs), (81234.0, 3.0));
+        assert_eq!(
+            st.contended,
+            vec![("lockprof_stress_mutex".to_string(), 21000), ("lockprof_stress_std_mutex".to_string(), 9000)]
+        );
+        assert_eq!(st.contended_total(), Some(30000.0));
+        assert!(parse_stress("Futex: 1 ops in 1.00 s (1 ops/s, 1 threads)\ncontended x many\n").is_err());
+        assert_eq!(
+            parse_stress("Pipe: 1 ops in 1.00 s (1 ops/s, 1 threads)\n").ok().and_then(|s| s.contended_total()),
+            None
+        );
+    }
+
+    #[test]
+    fn lockprof_futex_rows_are_counted_apart_from_kernel_locks() {
+        let v = serde_json::json!({
+            "events": 1000,
+            "locks": [
+                {"type": "mutex", "contended": 600, "wait_total_ns": 6000},
+                {"type": "futex", "contended": 250, "wait_total_ns": 90000},
+                {"type": "futex-pi", "contended": 100, "wait_total_ns": 1},
+                {"type": "spinlock", "contended": 50, "wait_total_ns": 4},
+            ]
+        });
+        assert_eq!(lockprof_counts(&v), (Some(650.0), 6004.0), "events less every futex row; kernel-lock wait only");
     }
 }
