@@ -67,9 +67,9 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<u32, u32> {
     match op & FUTEX_CMD_MASK {
         FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_WAIT_REQUEUE_PI => {
             let val = arg(ctx, 2)? as u32;
-            wait_begin(ctx, uaddr, lcb::FUTEX, val == LLL_LOCK_CONTENDED)
+            wait(ctx, uaddr, lcb::FUTEX, val == LLL_LOCK_CONTENDED)
         }
-        FUTEX_LOCK_PI | FUTEX_LOCK_PI2 => wait_begin(ctx, uaddr, lcb::FUTEX | lcb::RT, false),
+        FUTEX_LOCK_PI | FUTEX_LOCK_PI2 => wait(ctx, uaddr, lcb::FUTEX | lcb::RT, false),
         FUTEX_WAKE | FUTEX_WAKE_BITSET | FUTEX_WAKE_OP | FUTEX_UNLOCK_PI => release(ctx, uaddr),
         _ => Ok(0),
     }
@@ -80,7 +80,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<u32, u32> {
 pub fn futex_wait_enter(ctx: TracePointContext) -> u32 {
     let r = arg(&ctx, 0).and_then(|uaddr| {
         let val = arg(&ctx, 1)? as u32;
-        wait_begin(&ctx, uaddr, lcb::FUTEX, val == LLL_LOCK_CONTENDED)
+        wait(&ctx, uaddr, lcb::FUTEX, val == LLL_LOCK_CONTENDED)
     });
     match r {
         Ok(r) | Err(r) => r,
@@ -94,7 +94,7 @@ pub fn futex_waitv_enter(ctx: TracePointContext) -> u32 {
     let r = arg(&ctx, 0).and_then(|waiters| {
         // SAFETY: bpf_probe_read_user checks the address.
         let uaddr = unsafe { bpf_probe_read_user((waiters + 8) as *const u64) }.map_err(|_| 0u32)?;
-        wait_begin(&ctx, uaddr, lcb::FUTEX, false)
+        wait(&ctx, uaddr, lcb::FUTEX, false)
     });
     match r {
         Ok(r) | Err(r) => r,
@@ -144,42 +144,79 @@ fn owner_of(uaddr: u64, flags: u32, lll: bool, ids: Ids) -> Owner {
     Owner { kind: owner::TASK, tid, tgid: ids.tgid, _pad: 0, stack_id: STACK_USER_LOCK, task: 0, comm: [0; 16] }
 }
 
+/// Whether a futex wait of the current thread (`ids`) on `uaddr` is
+/// recorded: its cgroup id (0 when not recorded) if so.
+#[inline(always)]
+fn recorded(cfg: &Config, uaddr: u64, flags: u32, ids: Ids) -> Option<u64> {
+    if uaddr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
+        return None;
+    }
+    if ids.tgid == cfg.self_tgid || !wanted(cfg, ids.tgid) {
+        return None;
+    }
+    cgroup(cfg)
+}
+
 /// A futex wait begins: it continues the thread's open contention on the
 /// same word, or (accounting the open one first) starts a new one.
+#[inline(always)]
+fn wait(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Result<u32, u32> {
+    if wait_continues(ctx, uaddr, flags) {
+        return Ok(0);
+    }
+    wait_begin(ctx, uaddr, flags, lll)
+}
+
+/// The first half of [`wait`]: true when the wait is not recorded or
+/// continues the thread's open contention; else the open one, if any, is
+/// accounted and closed.
+// A function of its own (a BPF-to-BPF call), apart from `wait_begin`:
+// 5.10's and 6.1's verifiers refuse a chain of frames over 512 bytes, and
+// `wait_begin`'s (user stacks, owner), `account`'s and the ring buffer's
+// warning under it were such a chain.
+#[inline(never)]
+fn wait_continues(ctx: &TracePointContext, uaddr: u64, flags: u32) -> bool {
+    let cfg = config();
+    let ids = Ids::current();
+    if recorded(&cfg, uaddr, flags, ids).is_none() {
+        return true;
+    }
+    count(counter::FUTEX_WAITS);
+    let Some(st) = entry(ids.tid) else {
+        return false;
+    };
+    if st.uaddr == 0 || st.enter_ns != 0 {
+        return false;
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if st.uaddr == uaddr && st.flags == flags && now.saturating_sub(st.exit_ns) < FUTEX_REWAIT_NS {
+        // The lock loop's retry: the same contention.
+        st.enter_ns = now;
+        st.waits += 1;
+        count(counter::FUTEX_REWAITS);
+        return true;
+    }
+    account(ctx, st, ids, cfg.mode, cfg.outlier_ns);
+    st.uaddr = 0;
+    false
+}
+
+/// The second half of [`wait`]: a new contention.
 // A function of its own (a BPF-to-BPF call): its stack frame is its own.
 #[inline(never)]
 fn wait_begin(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Result<u32, u32> {
     let cfg = config();
-    if uaddr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
-        return Ok(0);
-    }
     let ids = Ids::current();
-    if ids.tgid == cfg.self_tgid || !wanted(&cfg, ids.tgid) {
-        return Ok(0);
-    }
-    let Some(cgroup_id) = cgroup(&cfg) else {
+    let Some(cgroup_id) = recorded(&cfg, uaddr, flags, ids) else {
         return Ok(0);
     };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    count(counter::FUTEX_WAITS);
     let st = match entry(ids.tid) {
-        Some(st) => {
-            if st.uaddr != 0 && st.enter_ns == 0 {
-                if st.uaddr == uaddr && st.flags == flags && now.saturating_sub(st.exit_ns) < FUTEX_REWAIT_NS {
-                    // The lock loop's retry: the same contention.
-                    st.enter_ns = now;
-                    st.waits += 1;
-                    count(counter::FUTEX_REWAITS);
-                    return Ok(0);
-                }
-                account(ctx, &cfg, st, ids, now);
-            }
-            st
-        }
+        Some(st) => st,
         None => {
-            let fresh = FutexWait::default();
-            if FUTEX_WAITS.insert(ids.tid, fresh, 0).is_err() {
+            if !insert_entry(ids.tid) {
                 if count(counter::FUTEX_MAP_FULL) {
                     warn!(ctx, "lockprof: futex wait map full");
                 }
@@ -200,6 +237,15 @@ fn wait_begin(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Res
     st.waits = 1;
     st.owner = owner_of(uaddr, flags, lll, ids);
     Ok(0)
+}
+
+/// Gives thread `tid` an empty entry in `FUTEX_WAITS`; false when the map
+/// is full.
+// A function of its own (a BPF-to-BPF call): the value it inserts is built
+// on its own frame, not on `wait_begin`'s.
+#[inline(never)]
+fn insert_entry(tid: u32) -> bool {
+    FUTEX_WAITS.insert(tid, FutexWait::default(), 0).is_ok()
 }
 
 /// A futex system call returns: a wait in progress adds its time.
@@ -252,7 +298,7 @@ fn release(ctx: &TracePointContext, uaddr: u64) -> Result<u32, u32> {
     let cfg = config();
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    account(ctx, &cfg, st, ids, now);
+    account(ctx, st, ids, cfg.mode, cfg.outlier_ns);
     let held = now.saturating_sub(st.exit_ns);
     count(counter::HOLDS);
     let key = AggKey {
@@ -300,12 +346,15 @@ fn event(kind: u32, st: &FutexWait, ids: Ids, now: u64) -> ContentionEvent {
 }
 
 /// Accounts the contention in `st` (its waits are over): aggregated with
-/// its blame, or streamed.
+/// its blame (`mode` [`MODE_AGGREGATE`], records of at least `outlier_ns`
+/// streamed too), or streamed.
 // A function of its own (a BPF-to-BPF call): its stack frame is its own.
 #[inline(never)]
-fn account(ctx: &TracePointContext, cfg: &Config, st: &FutexWait, ids: Ids, now: u64) {
+fn account(ctx: &TracePointContext, st: &FutexWait, ids: Ids, mode: u32, outlier_ns: u64) {
     let wait = st.total_ns;
-    if cfg.mode != MODE_AGGREGATE {
+    // The records end at the contention's last return.
+    let now = st.exit_ns;
+    if mode != MODE_AGGREGATE {
         ringbuf::send(ctx, event(EVENT_CONTENTION, st, ids, now));
         return;
     }
@@ -346,7 +395,7 @@ fn account(ctx: &TracePointContext, cfg: &Config, st: &FutexWait, ids: Ids, now:
             ev.owner.kind = owner::UNKNOWN;
         }
         ringbuf::send(ctx, ev);
-    } else if cfg.outlier_ns != 0 && wait >= cfg.outlier_ns {
+    } else if outlier_ns != 0 && wait >= outlier_ns {
         count(counter::OUTLIERS);
         ringbuf::send(ctx, event(EVENT_OUTLIER, st, ids, now));
     }
