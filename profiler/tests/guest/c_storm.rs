@@ -20,7 +20,7 @@ use lockprof::{
 use super::{POLL, began, options, runtime, until};
 
 /// Where `vm-test` puts the C workload (`$LOCKPROF_TEST_PROGRAM` elsewhere).
-fn program() -> String {
+pub fn program() -> String {
     std::env::var("LOCKPROF_TEST_PROGRAM").unwrap_or_else(|_| "/lockprof_test".into())
 }
 

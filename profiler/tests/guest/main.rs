@@ -6,13 +6,14 @@
 //!
 //! Usage inside the guest: `guest --test-threads 1` (the VMM of the yield_to
 //! checks is `$LOCKPROF_YIELD_VMM`, default `/yield_vmm`; the C workload of
-//! the cgroup and user-stack checks `$LOCKPROF_TEST_PROGRAM`, default
+//! the cgroup, user-stack and futex checks `$LOCKPROF_TEST_PROGRAM`, default
 //! `/lockprof_test`).
 
 mod c_storm;
 mod cgroups;
 mod checks;
 mod facts;
+mod futex;
 mod hold_backend;
 mod until;
 mod user_stacks;
@@ -384,6 +385,7 @@ fn main() {
     trials.push(trial("kprobe_vs_fentry".into(), both, agreement));
     trials.extend(yield_trials(f));
     trials.extend(hold_backend::trials(f));
+    trials.push(trial("futex::glibc_mutex".into(), futex::missing(), futex::mutex_waits));
     let kprobes = f.kprobes;
     trials.push(trial("nothing_left_attached".into(), None, move || detached(kprobes)));
     let conclusion = libtest_mimic::run(&args, trials);
