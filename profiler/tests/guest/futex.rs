@@ -16,7 +16,6 @@ use lockprof::{
 };
 use profiler_common::{
     LockType,
-    futex::FUTEX_REWAIT_NS,
     names::futex::{CATEGORY, REQUIRED, TRACEPOINTS},
 };
 
@@ -39,14 +38,10 @@ const FUTEX2: (u32, u32) = (6, 7);
 struct Counts {
     /// Acquisitions of the mutex.
     acquisitions: u64,
-    /// Those whose `pthread_mutex_trylock` failed (then `pthread_mutex_lock`).
+    /// Those whose `pthread_mutex_trylock` failed (then `pthread_mutex_lock`):
+    /// each is at most one contention for lockprof, however often its lock
+    /// loop waited and however the scheduler delayed it in between.
     contended: u64,
-    /// Their time in `pthread_mutex_lock` in units of `FUTEX_REWAIT_NS`,
-    /// rounded down each: a contended acquisition is one contention for
-    /// lockprof unless its lock loop re-waits `FUTEX_REWAIT_NS` or more
-    /// after a wait returned (a descheduled waiter: under TCG, often), so it
-    /// is at most 1 + this many contentions.
-    splits: u64,
 }
 
 /// `/lockprof_test futex`: started, waiting for its "go".
@@ -64,7 +59,7 @@ impl FutexStorm {
     fn start() -> Result<FutexStorm, String> {
         let program = program();
         let mut child = Command::new(&program)
-            .args(["futex", SECS, THREADS, &FUTEX_REWAIT_NS.to_string()])
+            .args(["futex", SECS, THREADS])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -106,9 +101,9 @@ impl FutexStorm {
             let mut io = self.io.lock().unwrap_or_else(|e| e.into_inner());
             let line = io.1.next().transpose().map_err(|e| format!("reading the workload: {e}"))?.unwrap_or_default();
             match line.split_whitespace().collect::<Vec<_>>()[..] {
-                ["futex", "acquisitions", a, "contended", c, "splits", s] => {
+                ["futex", "acquisitions", a, "contended", c] => {
                     let n = |v: &str| v.parse::<u64>().map_err(|e| format!("{line:?}: {e}"));
-                    Ok(Counts { acquisitions: n(a)?, contended: n(c)?, splits: n(s)? })
+                    Ok(Counts { acquisitions: n(a)?, contended: n(c)? })
                 }
                 _ => Err(format!("the workload said {line:?}, not its counts")),
             }
@@ -214,12 +209,12 @@ pub fn mutex_waits() -> Check {
     let load = o.load.clone();
     let (mut ps, storm) = record_while(vec![o], move || storm.go(), seen, FutexStorm::stop)?;
     let p = ps.remove(0);
-    let Counts { acquisitions, contended, splits } = storm.counts()?;
+    let Counts { acquisitions, contended } = storm.counts()?;
     drop(storm);
     let d = &p.meta.drops;
     let futex = |p: &Profile| {
         format!(
-            "{contended} contended (splits {splits}) of {acquisitions} acquisitions; futex waits {}, rewaits {}, again {}, failed {}, \
+            "{contended} contended of {acquisitions} acquisitions; futex waits {}, rewaits {}, again {}, failed {}, \
              map full {}; locks {:?}; notes {:?}",
             d.bookkeeping.futex_waits,
             d.bookkeeping.futex_rewaits,
@@ -245,10 +240,9 @@ pub fn mutex_waits() -> Check {
     if waits == 0 || l.wait.total_ns() == 0 {
         return Err(format!("the mutex has no waits ({})", futex(&p)));
     }
-    if waits > contended + splits {
+    if waits > contended {
         return Err(format!(
-            "{waits} contentions recorded, more than the {contended} contended acquisitions the workload counted \
-             (+ {splits}, the most its slow lock calls could add) ({})",
+            "{waits} contentions recorded, more than the {contended} contended acquisitions the workload counted ({})",
             futex(&p)
         ));
     }
@@ -281,7 +275,7 @@ pub fn mutex_waits() -> Check {
             )
         })?;
     Ok(format!(
-        "{waits} contentions of the mutex (futex, pid {pid}, name {:?}) for {contended} contended (splits {splits}) of \
+        "{waits} contentions of the mutex (futex, pid {pid}, name {:?}) for {contended} contended of \
          {acquisitions} acquisitions; futex_waits {}, rewaits {}; attached {attached:?}; waits from {}",
         l.name,
         d.bookkeeping.futex_waits,

@@ -23,14 +23,9 @@
  *         Driven by its standard input: prints "ready PID futex ADDR"
  *         (ADDR: the mutex's address), starts the threads at a "go" line,
  *         stops them at the next line, at end of input or after SECONDS,
- *         prints "futex acquisitions N contended M splits S" once they all
- *         ended (S: the contended acquisitions' time in pthread_mutex_lock
- *         in units of REWAIT_NS, rounded down each: the most extra
- *         contentions a profiler that joins re-waits within REWAIT_NS
- *         could see), then exits at end of input (its maps stay readable
- *         meanwhile).
- * Usage: lockprof_test raw|libc SECONDS [THREADS]
- *        lockprof_test futex SECONDS [THREADS [REWAIT_NS]]
+ *         prints "futex acquisitions N contended M" once they all ended,
+ *         then exits at end of input (its maps stay readable meanwhile).
+ * Usage: lockprof_test raw|libc|futex SECONDS [THREADS]
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -116,26 +111,10 @@ static void *reader(void *arg)
 pthread_mutex_t lockprof_test_mutex = PTHREAD_MUTEX_INITIALIZER;
 static volatile long futex_shared;
 
-/* A contended acquisition's futex waits are one contention for lockprof
- * unless a re-wait comes this long (ns) after the previous wait returned
- * (its FUTEX_REWAIT_NS, given on the command line). */
-static long rewait_ns = 1;
-
 struct futex_counts {
 	long acquisitions;
 	long contended;
-	/* Over the contended acquisitions, the time each spent in
-	 * pthread_mutex_lock divided by rewait_ns (rounded down): the most
-	 * contentions beyond one each that lockprof could have seen. */
-	long splits;
 };
-
-static long now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000L + ts.tv_nsec;
-}
 
 __attribute__((noinline)) void lockprof_test_futex_lock(void)
 {
@@ -148,9 +127,7 @@ __attribute__((noinline)) void lockprof_test_futex_take(struct futex_counts *c)
 {
 	if (pthread_mutex_trylock(&lockprof_test_mutex)) {
 		c->contended++;
-		long t = now_ns();
 		lockprof_test_futex_lock();
-		c->splits += (now_ns() - t) / rewait_ns;
 	}
 	c->acquisitions++;
 	for (int i = 0; i < 64; i++)
@@ -198,14 +175,13 @@ static int futex_main(int secs, int n)
 	struct pollfd in = { .fd = 0, .events = POLLIN };
 	poll(&in, 1, secs * 1000);
 	stop = 1;
-	long acquisitions = 0, contended = 0, splits = 0;
+	long acquisitions = 0, contended = 0;
 	for (int i = 0; i < n; i++) {
 		pthread_join(t[i], NULL);
 		acquisitions += counts[i].acquisitions;
 		contended += counts[i].contended;
-		splits += counts[i].splits;
 	}
-	printf("futex acquisitions %ld contended %ld splits %ld\n", acquisitions, contended, splits);
+	printf("futex acquisitions %ld contended %ld\n", acquisitions, contended);
 	fflush(stdout);
 	while (next_line())
 		;
@@ -215,19 +191,15 @@ static int futex_main(int secs, int n)
 int main(int argc, char **argv)
 {
 	if (argc < 3 || (strcmp(argv[1], "raw") && strcmp(argv[1], "libc") && strcmp(argv[1], "futex"))) {
-		fprintf(stderr, "usage: %s raw|libc|futex SECONDS [THREADS [REWAIT_NS]]\n", argv[0]);
+		fprintf(stderr, "usage: %s raw|libc|futex SECONDS [THREADS]\n", argv[0]);
 		return 2;
 	}
 	int secs = atoi(argv[2]);
 	int n = argc > 3 ? atoi(argv[3]) : 4;
 	if (n < 1 || n > 64)
 		n = 4;
-	if (!strcmp(argv[1], "futex")) {
-		rewait_ns = argc > 4 ? atol(argv[4]) : 50000;
-		if (rewait_ns < 1)
-			rewait_ns = 50000;
+	if (!strcmp(argv[1], "futex"))
 		return futex_main(secs, n);
-	}
 	if (pipe(fds))
 		return 1;
 	void *(*fn)(void *) = strcmp(argv[1], "raw") ? lockprof_test_libc_thread : lockprof_test_thread;
