@@ -36,7 +36,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// How long each workload runs (all of it inside the recording). Long
 /// enough for the recorder to name its locks while it lives: they are
 /// named when a drained snapshot first holds them, and a 2 s workload's
-/// rows were often left unnamed (measured: 4 runs of 8 had a null name).
+/// rows were often left unnamed (most 2 s runs had one null name; 5 s
+/// runs: none).
 const SECS: &str = "5";
 
 /// The workloads' lock symbols.
