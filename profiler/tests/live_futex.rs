@@ -278,17 +278,11 @@ fn futex_std_mutex_stack_names_its_taker() {
     let l = row(&r.v, STD_MUTEX, r.pid);
     let callers = l["callers"].as_array().expect("callers");
     let stacks: Vec<Vec<&str>> = callers.iter().map(frames).collect();
-    // The waiter is in glibc's frameless syscall(), so the walk reads its
-    // return address from the stack pointer: the function that called it.
-    // Optimized, std's Mutex::lock is inlined into the workload's
-    // lock_std_mutex, which is that function; in a debug build it is std's
-    // Mutex<T>::lock, and lockprof (built, as Rust builds by default,
-    // without frame pointers) has no frame chain to lock_std_mutex above it.
-    let want = if cfg!(debug_assertions) {
-        "std::sync::poison::mutex::Mutex<T>::lock"
-    } else {
-        "lockprof::workload::futex::lock_std_mutex"
-    };
+    // The waiter is in glibc's frameless syscall(); lockprof is built with
+    // frame pointers (.cargo/config.toml), so the walk goes on from the
+    // frame it is called from up through the workload's own lock_std_mutex
+    // (inlined std code or not, optimized or not).
+    let want = "lockprof::workload::futex::lock_std_mutex";
     let through: u64 =
         callers.iter().zip(&stacks).filter(|(_, s)| s.contains(&want)).map(|(c, _)| n(c, "contended")).sum();
     eprintln!("{through} of {} contentions have {want} in their stack: {stacks:?}", n(l, "contended"));

@@ -327,7 +327,8 @@ fn realtime_after(after: Duration) -> libc::timespec {
     // SAFETY: clock_gettime writes one timespec into a valid one.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     let nsec = ts.tv_nsec as u64 + u64::from(after.subsec_nanos());
-    ts.tv_sec += after.as_secs() as libc::time_t + (nsec / 1_000_000_000) as libc::time_t;
+    // `as _`: `time_t`'s width is the C library's (musl's is changing).
+    ts.tv_sec += (after.as_secs() + nsec / 1_000_000_000) as _;
     ts.tv_nsec = (nsec % 1_000_000_000) as _;
     ts
 }
