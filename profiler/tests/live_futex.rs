@@ -183,17 +183,16 @@ fn n(v: &Value, k: &str) -> u64 {
 }
 
 /// The one row named `sym` (the `--pid` filter keeps only the workload's
-/// locks); if the row says whose lock it is, it must be `pid`'s.
+/// locks), which says it is `pid`'s.
 fn row<'a>(v: &'a Value, sym: &str, pid: u32) -> &'a Value {
     let rows: Vec<&Value> = locks(v).iter().filter(|l| l["name"] == sym).collect();
     let names: Vec<_> = locks(v).iter().map(|l| (&l["name"], &l["class"], &l["type"])).collect();
     assert_eq!(rows.len(), 1, "want one row named {sym}, among {names:?}");
     let l = rows[0];
     assert_eq!(l["name_source"], "symbol", "{sym}: {l}");
-    // `pid`/`process` are kept by the profile but not (yet) in the JSON rows.
-    if let Some(p) = l.get("pid") {
-        assert_eq!(p, &Value::from(pid), "{sym}: {l}");
-    }
+    // A user-space lock's row says whose lock it is.
+    assert_eq!(l["pid"], Value::from(pid), "{sym}: {l}");
+    assert_eq!(l["process"], "lockprof", "{sym}: {l}");
     l
 }
 
