@@ -328,7 +328,7 @@ fn realtime_after(after: Duration) -> libc::timespec {
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     let nsec = ts.tv_nsec as u64 + u64::from(after.subsec_nanos());
     // `as _`: `time_t`'s width is the C library's (musl's is changing).
-    ts.tv_sec += (after.as_secs() + nsec / 1_000_000_000) as _;
+    ts.tv_sec = (ts.tv_sec as u64 + after.as_secs() + nsec / 1_000_000_000) as _;
     ts.tv_nsec = (nsec % 1_000_000_000) as _;
     ts
 }
