@@ -169,9 +169,14 @@ impl LockProfile {
     /// process (`big_lock in myapp[4242]`): a label unique per lock where
     /// two processes' locks share a name (serve's series, cgroup rows).
     pub fn process_name(&self) -> String {
+        self.in_process(self.display_name())
+    }
+
+    /// `title`, with a user-space lock's process appended (` in myapp[4242]`).
+    pub fn in_process(&self, title: &str) -> String {
         match self.pid {
-            Some(pid) => format!("{} in {}[{pid}]", self.display_name(), self.process.as_deref().unwrap_or("?")),
-            None => self.display_name().to_string(),
+            Some(pid) => format!("{title} in {}[{pid}]", self.process.as_deref().unwrap_or("?")),
+            None => title.to_string(),
         }
     }
 

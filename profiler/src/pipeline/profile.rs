@@ -92,17 +92,7 @@ impl<S: StackSource> Stacks<'_, S> {
             return (self.resolver.stack(id).clone(), None);
         };
         if kernel == STACK_USER_LOCK {
-            // A user-space lock's wait: its stack is the user stack alone,
-            // its caller the innermost application frame.
-            let frames = self.user.frames(user);
-            let stack = self.user.stack(user);
-            let caller = stack
-                .as_ref()
-                .and_then(|s| s.app_frame())
-                .or_else(|| frames.first().cloned())
-                .unwrap_or_else(|| placeholders::UNKNOWN_CALLER.into());
-            let caller_fn = frame_fn(&caller).to_string();
-            return (ResolvedStack { frames: frames.into(), caller, caller_fn }, stack);
+            return user_lock_stack(self.user, user);
         }
         let mut rs = self.resolver.stack(kernel).clone();
         let mut frames = rs.frames.to_vec();
@@ -114,6 +104,20 @@ impl<S: StackSource> Stacks<'_, S> {
         rs.frames = frames.into();
         (rs, self.user.stack(user))
     }
+}
+
+/// A user-space lock's wait (or owner): its stack is user stack `id` alone,
+/// its caller the innermost application frame.
+fn user_lock_stack(user: &mut dyn UserStacks, id: StackId) -> (ResolvedStack, Option<Arc<UserStack>>) {
+    let frames = user.frames(id);
+    let stack = user.stack(id);
+    let caller = stack
+        .as_ref()
+        .and_then(|s| s.app_frame())
+        .or_else(|| frames.first().cloned())
+        .unwrap_or_else(|| placeholders::UNKNOWN_CALLER.into());
+    let caller_fn = frame_fn(&caller).to_string();
+    (ResolvedStack { frames: frames.into(), caller, caller_fn }, stack)
 }
 
 /// Frames shown in a yield caller's path.
@@ -539,15 +543,7 @@ impl<S: StackSource> ProfileBuilder<S> {
     /// lock's user stack.
     fn event_stack(&mut self, ev: &ContentionEvent) -> ResolvedStack {
         if ev.stack_id == STACK_USER_LOCK && is_stack(ev.user_stack_id) {
-            let frames = self.user.frames(ev.user_stack_id);
-            let caller = self
-                .user
-                .stack(ev.user_stack_id)
-                .and_then(|s| s.app_frame())
-                .or_else(|| frames.first().cloned())
-                .unwrap_or_else(|| placeholders::UNKNOWN_CALLER.into());
-            let caller_fn = frame_fn(&caller).to_string();
-            return ResolvedStack { frames: frames.into(), caller, caller_fn };
+            return user_lock_stack(self.user.as_mut(), ev.user_stack_id).0;
         }
         let id = if ev.stack_id == STACK_USER_LOCK { ev.user_stack_id } else { ev.stack_id };
         self.resolver.stack(id).clone()

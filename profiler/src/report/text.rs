@@ -41,11 +41,7 @@ const HEADER: &str = " contended  total wait    max wait    avg wait    p99 wait
 /// A lock's name column: name (with provenance), or class, and address;
 /// a user-space lock also names its process.
 pub(crate) fn lock_title(l: &LockProfile) -> String {
-    let title = kernel_title(l);
-    match l.pid {
-        Some(pid) => format!("{title} in {}[{pid}]", l.process.as_deref().unwrap_or("?")),
-        None => title,
-    }
+    l.in_process(&kernel_title(l))
 }
 
 fn kernel_title(l: &LockProfile) -> String {

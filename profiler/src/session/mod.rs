@@ -117,8 +117,17 @@ fn read_trimmed(path: &str) -> String {
 }
 
 /// A live thread's name, from `/proc/<tid>/comm` (None once it exited).
-fn task_comm(tid: u32) -> Option<String> {
+pub(super) fn task_comm(tid: u32) -> Option<String> {
     Some(read_trimmed(&format!("/proc/{tid}/comm"))).filter(|c| !c.is_empty())
+}
+
+/// [`task_comm`] as the kernel records it (NUL-padded, at most 15 bytes).
+fn comm_bytes(tid: u32) -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    let name = task_comm(tid).unwrap_or_default();
+    let n = name.len().min(15);
+    comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+    comm
 }
 
 async fn flush_logs(logger: aya_log::EbpfLogger<&'static dyn log::Log>, stop: CancellationToken) {
@@ -377,16 +386,11 @@ impl Session {
         // Futex contentions whose waits were over and whose release had not
         // come yet: measured (their waits are complete), not open.
         for mut ev in hk.futex.as_ref().map(|f| f.finished_at_stop()).unwrap_or_default() {
-            let name = task_comm(ev.tid).unwrap_or_default();
-            let n = name.len().min(15);
-            ev.comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+            ev.comm = comm_bytes(ev.tid);
             agg.ingest(&ev);
         }
         for p in &open {
-            let mut comm = [0u8; 16];
-            let name = task_comm(p.tid).unwrap_or_default();
-            let n = name.len().min(15);
-            comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+            let comm = comm_bytes(p.tid);
             agg.ingest(&ContentionEvent {
                 owner: p.owner,
                 kind: EVENT_CONTENTION,

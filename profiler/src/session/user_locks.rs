@@ -30,12 +30,7 @@ impl UserLockNames for ProcNames {
         if self.processes.len() >= MAX_PROCESSES && !self.processes.contains_key(&pid) {
             self.processes.clear();
         }
-        self.processes
-            .entry(pid)
-            .or_insert_with(|| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
-            })
-            .clone()
+        self.processes.entry(pid).or_insert_with(|| super::task_comm(pid)).clone()
     }
 
     fn is_thread(&mut self, pid: u32, tid: u32) -> bool {
