@@ -11,20 +11,24 @@
 
 use std::{
     ffi::CString,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
     os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::Mutex,
-    thread::{self, JoinHandle},
+    thread,
     time::{Duration, Instant},
 };
 
 use lockprof::cgroups::CgroupFs;
 use serde_json::Value;
 
+#[path = "support/recorder.rs"]
+mod recorder;
 mod support;
+
+use recorder::Recorder;
 
 /// One storm set and its recorders at a time on the machine's two CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -169,73 +173,6 @@ fn storm_in(dir: &Path, threads: u32, secs: &str) -> Guard {
     g
 }
 
-/// `lockprof record` in the background, attached once `start` returns;
-/// stopped with SIGTERM (it then prints its report) or killed when dropped.
-struct Recorder {
-    child: Option<Child>,
-    stdout: Option<JoinHandle<Vec<u8>>>,
-    stderr: Option<JoinHandle<String>>,
-}
-
-impl Recorder {
-    fn start(args: &[&str]) -> Recorder {
-        let mut child = lockprof()
-            .arg("record")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockprof record");
-        let mut out = child.stdout.take().expect("stdout");
-        let stdout = thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = out.read_to_end(&mut v);
-            v
-        });
-        let mut err = BufReader::new(child.stderr.take().expect("stderr"));
-        // "lockprof: recording ..." is printed once the programs are attached.
-        let mut seen = String::new();
-        loop {
-            let mut line = String::new();
-            if err.read_line(&mut line).expect("read stderr") == 0 {
-                let status = child.wait().expect("wait");
-                panic!("lockprof record {args:?} exited ({status}) before attaching: {seen}");
-            }
-            seen.push_str(&line);
-            if line.starts_with("lockprof: recording") {
-                break;
-            }
-        }
-        let stderr = thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = err.read_to_string(&mut rest);
-            seen + &rest
-        });
-        Recorder { child: Some(child), stdout: Some(stdout), stderr: Some(stderr) }
-    }
-
-    /// SIGTERM; its report, after checking it exited cleanly.
-    fn stop(mut self) -> Value {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) on a child we spawned and have not reaped.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-        let status = child.wait().expect("wait");
-        let out = self.stdout.take().expect("stdout").join().expect("stdout reader");
-        let err = self.stderr.take().expect("stderr").join().expect("stderr reader");
-        assert!(status.success(), "lockprof record exited {status}: {err}");
-        json(&out)
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// `lockprof <args>`, which must succeed: its stdout.
 fn run_ok(args: &[&str]) -> Vec<u8> {
     let out = lockprof().args(args).output().expect("run lockprof");
@@ -340,7 +277,7 @@ fn cgroup_filter_keeps_only_that_cgroup() {
     let (mut a, mut b) = (storm_in(&xd, 3, "2"), storm_in(&yd, 3, "2"));
     a.wait_ok();
     b.wait_ok();
-    let (all, filtered, parent) = (all.stop(), filtered.stop(), parent.stop());
+    let (all, filtered, parent) = (json(&all.stop()), json(&filtered.stop()), json(&parent.stop()));
 
     // Which waits a storm makes (its pipe mutex, the run-queue locks) is up
     // to the scheduler; what the filter must do is not: the filtered run
@@ -416,7 +353,7 @@ fn container_style_paths_get_short_names() {
     let r = Recorder::start(&["--by", "cgroup", "--format", "json", "--output", rec.to_str().expect("utf-8")]);
     let mut storms: Vec<Guard> = dirs.iter().map(|d| storm_in(d, 2, "1.5")).collect();
     storms.iter_mut().for_each(Guard::wait_ok);
-    let v = r.stop();
+    let v = json(&r.stop());
     for (path, name) in &cases {
         let id = cg.id(path);
         let e = cgroup(&v, id).unwrap_or_else(|| panic!("{path} ({id}) not among {:?}", cgroup_rows(&v)));

@@ -258,12 +258,20 @@ fn futex_counts_each_contended_acquisition_once() {
         eprintln!("{sym}: hold total {hold} ns, avg {} ns", l["hold_avg_ns"]);
     }
     // glibc's mutex keeps its owner's tid (`__owner`): a thread of the workload.
-    let l = row(&r.v, MUTEX, r.pid);
-    for o in l["owners"].as_array().expect("owners").iter().filter(|o| o["owner_kind"] == "task") {
-        assert_eq!(o["owner_pid"], r.pid, "{o}");
+    task_owners(row(&r.v, MUTEX, r.pid), r.pid, &r.tids);
+}
+
+/// The row's owners that are tasks, each asserted to be a thread (`tids`)
+/// of process `pid`.
+fn task_owners<'a>(l: &'a Value, pid: u32, tids: &BTreeSet<u32>) -> Vec<&'a Value> {
+    let owners: Vec<&Value> =
+        l["owners"].as_array().expect("owners").iter().filter(|o| o["owner_kind"] == "task").collect();
+    for o in &owners {
+        assert_eq!(o["owner_pid"], pid, "{o}");
         let tid = n(o, "owner_tid") as u32;
-        assert!(r.tids.contains(&tid), "owner {tid} is not a thread of {} ({:?}): {o}", r.pid, r.tids);
+        assert!(tids.contains(&tid), "owner {tid} is not a thread of {pid} ({tids:?}): {o}");
     }
+    owners
 }
 
 #[test]
@@ -307,16 +315,7 @@ fn futex_pi_owners_are_exact() {
     );
     assert!(seen > 0 && seen <= contended, "{seen} contentions for {contended} contended acquisitions");
     // The PI futex word holds its owner's tid: every wait's owner is exact.
-    let mut known = 0;
-    for o in l["owners"].as_array().expect("owners") {
-        if o["owner_kind"] != "task" {
-            continue;
-        }
-        assert_eq!(o["owner_pid"], *pid, "{o}");
-        let tid = n(o, "owner_tid") as u32;
-        assert!(tids.contains(&tid), "owner {tid} is not a thread of {pid} ({tids:?}): {o}");
-        known += n(o, "waits");
-    }
+    let known: u64 = task_owners(l, *pid, tids).iter().map(|o| n(o, "waits")).sum();
     eprintln!("{PI_MUTEX}: {known} of {seen} waits with a known owner");
     assert!(known * 100 >= seen * 95, "only {known} of {seen} waits blame a known owner: {}", l["owners"]);
 }
