@@ -10,13 +10,15 @@
 //! stacks, picks callers and names locks; `cgroups/` maps cgroup ids to
 //! paths and container names; `query` picks and orders rows for
 //! every face; `report/` and `export/` render profiles; `model/` holds the
-//! profile every face reads; `workload/` generates contention.
+//! profile every face reads; `workload/` generates contention; `incident/`
+//! captures the profile around a trigger.
 
 pub mod cgroups;
 pub mod cli;
 pub mod commands;
 pub mod ebpf;
 pub mod export;
+pub mod incident;
 pub mod model;
 pub mod output_file;
 pub mod pipeline;
