@@ -9,6 +9,7 @@ use super::values;
 use crate::{
     ebpf::BackendChoice,
     export::Metric,
+    incident::{options::defaults as incident_defaults, trigger::Trigger},
     query::SortKey,
     report::{By, Format, GroupBy},
     serve::defaults as serve_defaults,
@@ -159,6 +160,45 @@ pub struct ViewArgs {
     pub group_by: GroupBy,
 }
 
+/// Triggered incident capture: shared by record, top and serve.
+#[derive(Debug, Args, Clone)]
+pub struct IncidentArgs {
+    /// Capture an incident when this fires: the profile of --before seconds before it and --after seconds after is
+    /// written as a recording into --incident-dir (repeatable: any trigger fires).
+    ///
+    /// A trigger is comma-separated terms: one condition and optional filters. Conditions: `wait>=DUR` (one wait
+    /// at least that long); `pNN(LOCK)>=DUR/WINDOW` (the NN-th percentile of a lock's waits over the last WINDOW,
+    /// e.g. p50, p99, p99.9; `pNN>=` for any lock); `contentions(LOCK)>=COUNT/s` or `COUNT/WINDOW` (contentions of
+    /// a lock per second, or per WINDOW: 500/5s is 100 per second averaged over 5 s). DUR is a number and a unit:
+    /// ns, us, ms or s. WINDOW is whole seconds, 1s to 3600s. COUNT takes k, M or G (100k).
+    ///
+    /// Filters: `lock=NAME` (what --lock takes; the same as the LOCK in parentheses), `type=TYPE` (what --type
+    /// takes), `cgroup=PATH` (the waiting task's cgroup: with wait>= and contentions only, percentiles are per
+    /// lock), `process=COMM|PID` (the waiting task's process for wait>=, a user-space lock's process otherwise).
+    ///
+    /// Examples: `wait>=10ms`, `p99(tasklist_lock)>=1ms/5s`, `contentions(rq_lock)>=100k/s`,
+    /// `lock=mmap_lock,wait>=5ms`, `type=futex,process=myapp,p99.9>=20ms/10s`.
+    #[arg(long, value_name = "TEXT", value_parser = clap::value_parser!(Trigger))]
+    pub trigger: Vec<Trigger>,
+    /// Profile kept before a trigger fires: 30s, 500ms, 2m or bare seconds, up to 3600 s.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = values::before, requires = "trigger")]
+    pub before: std::time::Duration,
+    /// Profile recorded after a trigger fires, up to 600 s; the incident is written then.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = values::after, requires = "trigger")]
+    pub after: std::time::Duration,
+    /// Where incidents are written, one recording each.
+    #[arg(long, value_name = "DIR", default_value = incident_defaults::DIR, requires = "trigger")]
+    pub incident_dir: PathBuf,
+    /// Incidents written per hour at most: a trigger firing beyond it writes nothing.
+    #[arg(long, value_name = "N", default_value_t = incident_defaults::MAX_PER_HOUR,
+          value_parser = clap::value_parser!(u32).range(1..), requires = "trigger")]
+    pub max_incidents_per_hour: u32,
+    /// MiB the incident directory may hold: beyond it, the oldest incidents are deleted.
+    #[arg(long, value_name = "MIB", default_value_t = incident_defaults::MAX_DIR_MB,
+          value_parser = clap::value_parser!(u64).range(1..), requires = "trigger")]
+    pub incident_dir_max_mb: u64,
+}
+
 /// `lockprof record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
@@ -174,6 +214,9 @@ pub struct RecordArgs {
     /// Report options.
     #[command(flatten)]
     pub view: ViewArgs,
+    /// Triggered incident capture.
+    #[command(flatten)]
+    pub incident: IncidentArgs,
 }
 
 /// `lockprof report`.
@@ -202,6 +245,9 @@ pub struct TopArgs {
     /// Write logs here (the screen belongs to the dashboard; without this, logs are discarded).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    /// Triggered incident capture.
+    #[command(flatten)]
+    pub incident: IncidentArgs,
 }
 
 /// `lockprof flamegraph`.
@@ -264,6 +310,9 @@ pub struct ServeArgs {
     /// What to trace and how.
     #[command(flatten)]
     pub session: SessionArgs,
+    /// Triggered incident capture.
+    #[command(flatten)]
+    pub incident: IncidentArgs,
 }
 
 /// `lockprof doctor`.
@@ -395,6 +444,60 @@ mod tests {
             assert_eq!((s.workload, s.threads, s.duration), (w, 2, 0.2), "{name}");
         }
         assert!(parse(&["stress", "futex_pi"]).is_err(), "the name is futex-pi");
+    }
+
+    #[test]
+    fn record_top_and_serve_take_triggers() {
+        for cmd in ["record", "top", "serve"] {
+            let cli =
+                parse(&[cmd, "--trigger", "p99(tasklist_lock)>=1ms/5s", "--trigger", "wait>=10ms", "--after", "2m"])
+                    .expect(cmd);
+            let incident = match cli.command {
+                Command::Record(a) => a.incident,
+                Command::Top(a) => a.incident,
+                Command::Serve(a) => a.incident,
+                _ => panic!("{cmd}: not a recording command"),
+            };
+            let texts: Vec<_> = incident.trigger.iter().map(|t| t.to_string()).collect();
+            assert_eq!(texts, ["p99(tasklist_lock)>=1ms/5s", "wait>=10ms"], "{cmd}");
+            assert_eq!(incident.after, std::time::Duration::from_secs(120), "{cmd}");
+            assert_eq!(incident.before, std::time::Duration::from_secs(incident_defaults::BEFORE_S), "{cmd}");
+        }
+        let cli = parse(&["record"]).expect("no trigger");
+        let Command::Record(r) = cli.command else { panic!("not record") };
+        assert!(r.incident.trigger.is_empty());
+    }
+
+    #[test]
+    fn bad_triggers_and_orphan_incident_options_are_rejected() {
+        let e = parse(&["record", "--trigger", "wait>=10"]).expect_err("no unit");
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("needs a unit: ns, us, ms or s"), "{e}");
+        let e = parse(&["serve", "--trigger", "wait>10ms"]).expect_err("operator");
+        assert!(e.to_string().contains("expected >="), "{e}");
+        for (flag, value) in [
+            ("--before", "10s"),
+            ("--after", "1s"),
+            ("--incident-dir", "/tmp/x"),
+            ("--max-incidents-per-hour", "2"),
+            ("--incident-dir-max-mb", "10"),
+        ] {
+            let e = parse(&["top", flag, value]).expect_err(flag);
+            assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument, "{flag}");
+            assert!(e.to_string().contains("--trigger"), "{flag}: {e}");
+            parse(&["top", "--trigger", "wait>=1ms", flag, value]).expect(flag);
+        }
+        for bad in [
+            &["--before", "2h"][..],
+            &["--after", "601"],
+            &["--max-incidents-per-hour", "0"],
+            &["--incident-dir-max-mb", "0"],
+        ] {
+            assert!(
+                parse(&["record", "--trigger", "wait>=1ms"].iter().chain(bad).copied().collect::<Vec<_>>()).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -5,13 +5,14 @@ mod args;
 pub mod values;
 
 pub use args::{
-    Cli, Command, DoctorArgs, FlamegraphArgs, RecordArgs, ReportArgs, ServeArgs, SessionArgs, StressArgs, TopArgs,
-    ViewArgs,
+    Cli, Command, DoctorArgs, FlamegraphArgs, IncidentArgs, RecordArgs, ReportArgs, ServeArgs, SessionArgs, StressArgs,
+    TopArgs, ViewArgs,
 };
 
 use crate::{
     cgroups::CgroupFs,
     ebpf::{BackendChoice, LoadOptions},
+    incident::options::IncidentOptions,
     model::type_name,
     pipeline::Limits,
     query::Query,
@@ -168,6 +169,19 @@ impl ServeArgs {
     }
 }
 
+impl From<&IncidentArgs> for IncidentOptions {
+    fn from(a: &IncidentArgs) -> IncidentOptions {
+        IncidentOptions {
+            triggers: a.trigger.clone(),
+            before: a.before,
+            after: a.after,
+            dir: a.incident_dir.clone(),
+            max_per_hour: a.max_incidents_per_hour,
+            max_dir_bytes: a.incident_dir_max_mb.saturating_mul(1 << 20),
+        }
+    }
+}
+
 impl From<&ViewArgs> for ReportOptions {
     fn from(v: &ViewArgs) -> ReportOptions {
         ReportOptions {
@@ -263,6 +277,39 @@ mod tests {
         assert_eq!(so.limits.max_idle, Some(60), "a daemon ages idle rows");
         assert_eq!(so.limits.max_tasks, 1_000);
         assert_eq!(rec.limits.max_idle, None, "record keeps every row");
+    }
+
+    #[test]
+    fn incident_arguments_reach_the_options_and_default_to_theirs() {
+        let cli = Cli::try_parse_from(["lockprof", "record"]).expect("record");
+        let Command::Record(r) = cli.command else { panic!("not record") };
+        let (o, d) = (IncidentOptions::from(&r.incident), IncidentOptions::default());
+        assert!(!o.enabled());
+        assert_eq!((o.before, o.after, &o.dir), (d.before, d.after, &d.dir));
+        assert_eq!((o.max_per_hour, o.max_dir_bytes), (d.max_per_hour, d.max_dir_bytes));
+        let cli = Cli::try_parse_from([
+            "lockprof",
+            "serve",
+            "--trigger",
+            "contentions(rq_lock)>=100k/s",
+            "--before",
+            "500ms",
+            "--incident-dir",
+            "/tmp/incidents",
+            "--max-incidents-per-hour",
+            "2",
+            "--incident-dir-max-mb",
+            "3",
+        ])
+        .expect("serve");
+        let Command::Serve(s) = cli.command else { panic!("not serve") };
+        let o = IncidentOptions::from(&s.incident);
+        assert!(o.enabled());
+        assert_eq!(o.triggers[0].slug(), "contentions-rq_lock-ge-100k-per-s");
+        assert_eq!(o.before, std::time::Duration::from_millis(500));
+        assert_eq!(o.after, d.after);
+        assert_eq!(o.dir, std::path::Path::new("/tmp/incidents"));
+        assert_eq!((o.max_per_hour, o.max_dir_bytes), (2, 3 << 20));
     }
 
     #[test]

@@ -164,6 +164,32 @@ pub fn max_series(s: &str) -> Result<usize, ValueError> {
     }
 }
 
+/// A span of time: `30s`, `500ms`, `2m` or bare seconds, from 0 to `max_s` seconds.
+fn span(s: &str, max_s: f64, expected: &'static str) -> Result<std::time::Duration, ValueError> {
+    let t = s.trim();
+    let end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let scale = match t[end..].trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" => 60.0,
+        _ => return Err(invalid(expected, s)),
+    };
+    match t[..end].parse::<f64>() {
+        Ok(v) if (v * scale).is_finite() && v * scale <= max_s => Ok(std::time::Duration::from_secs_f64(v * scale)),
+        _ => Err(invalid(expected, s)),
+    }
+}
+
+/// Profile kept before a trigger fires: up to an hour.
+pub fn before(s: &str) -> Result<std::time::Duration, ValueError> {
+    span(s, 3600.0, "a duration up to 3600 s, such as 30s, 500ms, 2m or 45 (seconds)")
+}
+
+/// Profile recorded after a trigger fires: up to ten minutes.
+pub fn after(s: &str) -> Result<std::time::Duration, ValueError> {
+    span(s, 600.0, "a duration up to 600 s, such as 5s, 500ms, 2m or 10 (seconds)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +229,17 @@ mod tests {
         assert!(max_series("0").is_err() && max_series("10001").is_err());
         assert_eq!(max_series("5"), Ok(5));
         assert_eq!(lock_type("rwlock_t"), Ok(LockType::Rwlock));
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(before("30s"), Ok(secs(30)));
+        assert_eq!(before("2m"), Ok(secs(120)));
+        assert_eq!(before("45"), Ok(secs(45)));
+        assert_eq!(before("3600"), Ok(secs(3600)));
+        assert_eq!(after("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(after("10m"), Ok(secs(600)));
+        for bad in ["3601", "61m", "-1s", "1h", "s", "", "1.2.3s", "inf"] {
+            assert!(before(bad).is_err(), "{bad}");
+        }
+        assert!(after("601s").is_err_and(|e| e.to_string().contains("up to 600 s")));
         assert!(lock_type("semaphore").is_err_and(|e| e.to_string().contains("known types: unknown, spinlock")));
     }
 }
