@@ -108,6 +108,8 @@ pub struct TriggerError(String);
 /// The longest window a condition may average over.
 const MAX_WINDOW_S: u64 = 3600;
 
+const LOCK_TWICE: &str = "the lock is given twice: give it once, with lock= or in the condition's parentheses";
+
 const KNOWN_TERMS: &str = "lock=, type=, cgroup=, process=, wait>=, pNN>= (p50, p99, p99.9...), contentions>=";
 
 impl FromStr for Trigger {
@@ -181,6 +183,7 @@ fn term_into(term: &str, filter: &mut Filter, condition: &mut Option<(Condition,
         return Err(format!("{key}= needs a value"));
     }
     match slot {
+        Some(slot) if slot.is_some() && key == "lock" => Err(LOCK_TWICE.into()),
         Some(slot) if slot.is_some() => Err(format!("{key}= is given twice")),
         Some(slot) => {
             *slot = Some(value.to_string());
@@ -254,7 +257,7 @@ fn condition_into(
         let lock = lock.trim();
         if !lock.is_empty() {
             if filter.lock.is_some() {
-                return Err(format!("the lock is given twice, in {key}({lock}) and in lock=: give it once"));
+                return Err(LOCK_TWICE.into());
             }
             filter.lock = Some(lock.to_string());
         }
@@ -265,7 +268,7 @@ fn condition_into(
         ("contentions", _) => {
             let value = operand(key, rest, ">=", "100k/s")?;
             let (count, window) = value.split_once('/').ok_or_else(|| {
-                format!("{key}>={value}: needs a rate, COUNT/s or COUNT/WINDOW, such as 100k/s or 500k/5s")
+                format!("{key}>={value:?}: needs a rate, COUNT/s or COUNT/WINDOW, such as 100k/s or 500k/5s")
             })?;
             let over = match window.trim() {
                 "s" => Duration::from_secs(1),
@@ -276,7 +279,9 @@ fn condition_into(
         (_, Some(q)) => {
             let value = operand(key, rest, ">=", "1ms/5s")?;
             let (dur, window) = value.split_once('/').ok_or_else(|| {
-                format!("{key}>={value}: needs a window, DUR/WINDOW, such as {key}>=1ms/5s (the waits of the last 5 s)")
+                format!(
+                    "{key}>={value:?}: needs a window, DUR/WINDOW, such as {key}>=1ms/5s (the waits of the last 5 s)"
+                )
             })?;
             Condition::Quantile { q, min_ns: duration_ns(dur, "the percentile")?, over: window_of(window)? }
         }
