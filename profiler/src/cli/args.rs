@@ -338,6 +338,13 @@ pub struct StressArgs {
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0, value_parser = values::seconds)]
     pub duration: f64,
+    /// Only `stall` reads it: milliseconds the holder keeps the pipe mutex once the waiter sleeps on it.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub stall_ms: u64,
+    /// Only `stall` reads it: seconds after the start when the stall begins (the run idles before and
+    /// after it, until --duration ends).
+    #[arg(long, default_value_t = 3.0, value_parser = values::seconds)]
+    pub stall_at: f64,
 }
 
 #[cfg(test)]
@@ -498,6 +505,18 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn stress_stall_options() {
+        let cli = parse(&["stress", "stall", "--stall-ms", "150", "--stall-at", "0.2"]).expect("parse");
+        let Command::Stress(s) = cli.command else { panic!("not stress") };
+        assert_eq!((s.workload, s.stall_ms, s.stall_at), (Workload::Stall, 150, 0.2));
+        let cli = parse(&["stress", "stall"]).expect("parse defaults");
+        let Command::Stress(s) = cli.command else { panic!("not stress") };
+        assert_eq!((s.stall_ms, s.stall_at), (200, 3.0));
+        assert!(parse(&["stress", "stall", "--stall-ms", "0"]).is_err(), "a stall takes time");
+        assert!(parse(&["stress", "stall", "--stall-at", "-1"]).is_err());
     }
 
     #[test]

@@ -93,6 +93,7 @@ value_enum!(Workload {
     Workload::Futex => "threads taking a glibc or a Rust mutex at random (user-space futex locks)",
     Workload::FutexPi => "threads taking one glibc priority-inheritance mutex (FUTEX_LOCK_PI)",
     Workload::Condvar => "consumers idle on a condition variable, fed by one producer (waits, not contention)",
+    Workload::Stall => "one long wait on a pipe's mutex at --stall-at, its holder asleep in splice (prints who and when)",
 });
 
 /// A command-line value that makes no sense (clap prints it after the option's name).

@@ -18,7 +18,9 @@ use crate::{
 
 /// Runs the scenario until `--duration` ends or SIGINT/SIGTERM/SIGHUP, and
 /// prints its throughput, then its own counts, one `<kind> <symbol> <n>`
-/// line each (`contended lockprof_stress_mutex 1234`).
+/// line each (`contended lockprof_stress_mutex 1234`). `stall` prints its
+/// stall's line (`stall waiter <tid> ...`, see `workload::Stall`) as soon
+/// as the stall is over, while the run goes on.
 pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let (w, threads, duration) = (args.workload, args.threads, Duration::from_secs_f64(args.duration));
@@ -32,14 +34,23 @@ pub fn stress(args: &StressArgs) -> anyhow::Result<()> {
     });
     // On the main thread: the workload's threads are started from it and
     // carry its name (`lockprof`), not the runtime's.
-    let out = workload::run(w, threads, duration, stop)?;
+    let opts = workload::StallOptions {
+        stall: Duration::from_millis(args.stall_ms),
+        at: Duration::from_secs_f64(args.stall_at),
+    };
+    let mut printed = Ok(());
+    let mut report = |s: &workload::Stall| printed = super::print_stdout(&format!("{s}\n"));
+    let out = workload::run_with(w, threads, duration, opts, &mut report, stop)?;
+    printed.context("writing the stall")?;
+    // `stall` runs its own three threads, whatever --threads says.
+    let shown = if w == workload::Workload::Stall { 3 } else { threads };
     let mut text = format!(
         "{:?}: {} ops in {:.2} s ({:.0} ops/s, {} threads)\n",
         args.workload,
         out.ops,
         out.elapsed.as_secs_f64(),
         out.rate(),
-        args.threads
+        shown
     );
     for c in &out.counts {
         text.push_str(&format!("{c}\n"));

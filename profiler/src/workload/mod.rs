@@ -9,9 +9,11 @@ use std::{
 mod crew;
 mod futex;
 mod scenarios;
+mod stall;
 mod syscalls;
 
 use crew::Crew;
+pub use stall::{Stall, StallOptions};
 
 /// A contention scenario.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -40,11 +42,15 @@ pub enum Workload {
     /// A producer and consumers idle on a glibc condition variable: futex
     /// waits that are not lock contention.
     Condvar,
+    /// One long wait on a pipe's mutex at a known moment (`--stall-at`),
+    /// by a known waiter on a known holder, whose acquire stack passes
+    /// through splice (see `stall.rs`).
+    Stall,
 }
 
 impl Workload {
     /// Every scenario.
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 10] = [
         Workload::Pipe,
         Workload::Fork,
         Workload::Unlink,
@@ -54,6 +60,7 @@ impl Workload {
         Workload::Futex,
         Workload::FutexPi,
         Workload::Condvar,
+        Workload::Stall,
     ];
 
     /// Stable name, as typed after `lockprof stress`.
@@ -68,6 +75,7 @@ impl Workload {
             Workload::Futex => "futex",
             Workload::FutexPi => "futex-pi",
             Workload::Condvar => "condvar",
+            Workload::Stall => "stall",
         }
     }
 }
@@ -132,9 +140,28 @@ impl Outcome {
     }
 }
 
-/// Runs `w` with `threads` threads for `duration`, or until `stop` is set.
+/// Runs `w` with `threads` threads for `duration`, or until `stop` is set
+/// (`stall` with its default options, reporting nothing).
 pub fn run(w: Workload, threads: usize, duration: Duration, stop: Arc<AtomicBool>) -> std::io::Result<Outcome> {
+    run_with(w, threads, duration, StallOptions::default(), &mut |_| {}, stop)
+}
+
+/// [`run`], with the options only `stall` reads and what to do with its
+/// stall once it is over (called while its threads are alive; the run
+/// then idles until `duration` ends: a stall later than that ends it).
+pub fn run_with(
+    w: Workload,
+    threads: usize,
+    duration: Duration,
+    stall: StallOptions,
+    report: &mut dyn FnMut(&Stall),
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<Outcome> {
     let start = Instant::now();
+    if w == Workload::Stall {
+        let ops = stall::run(stall, start, start + duration, &stop, report)?;
+        return Ok(Outcome { ops, elapsed: start.elapsed(), counts: Vec::new() });
+    }
     let mut crew = Crew::new(start + duration, stop);
     let started = scenarios::start(w, threads.max(1), &mut crew)?;
     let ops = crew.join();

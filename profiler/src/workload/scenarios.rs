@@ -35,6 +35,8 @@ pub(super) fn start(w: Workload, threads: usize, crew: &mut Crew) -> std::io::Re
         Workload::Futex => return Ok(Started { tallies: futex::futex(crew, threads), ..Started::default() }),
         Workload::FutexPi => return Ok(Started { tallies: futex::futex_pi(crew, threads)?, ..Started::default() }),
         Workload::Condvar => return Ok(Started { tallies: futex::condvar(crew, threads), ..Started::default() }),
+        // Run by `run_with` itself, without a crew.
+        Workload::Stall => {}
     }
     Ok(Started::default())
 }

@@ -3,7 +3,7 @@
 use std::{
     fs::File,
     io::{Read, Write},
-    os::fd::{FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
 /// A pipe as (read end, write end).
@@ -151,4 +151,28 @@ pub(super) fn kill_group_probe() {
     unsafe {
         libc::kill(0, 0);
     }
+}
+
+/// The calling thread's id (what /proc/<pid>/task lists).
+pub(super) fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the clock of the kernel's trace timestamps).
+pub(super) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into a valid one.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// splice(2) of at most `len` bytes from the pipe `from` to `to`, blocking
+/// (no SPLICE_F_NONBLOCK); the bytes moved.
+pub(super) fn splice(from: &File, to: &impl AsRawFd, len: usize) -> std::io::Result<usize> {
+    // SAFETY: both fds are open for the call's duration (borrowed); null
+    // offsets: a pipe and a socket have no file position to pass.
+    let n =
+        unsafe { libc::splice(from.as_raw_fd(), std::ptr::null_mut(), to.as_raw_fd(), std::ptr::null_mut(), len, 0) };
+    if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
 }
