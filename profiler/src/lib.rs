@@ -15,6 +15,7 @@
 
 pub mod cgroups;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod ebpf;
 pub mod export;

@@ -165,7 +165,7 @@ impl ServeArgs {
         o.limits.max_tasks = serve_defaults::MAX_TASKS;
         let idle = std::time::Duration::from_secs(self.window.max(60));
         o.limits.max_idle = Some((idle.as_secs_f64() / o.publish_interval.as_secs_f64()).ceil() as u64);
-        Ok(o)
+        Ok(o.with_incidents(IncidentOptions::from(&self.incident)))
     }
 }
 

@@ -1,12 +1,13 @@
 //! `lockprof record`: profile the live kernel.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 
 use super::{UsageError, check_binary_stdout, emit};
 use crate::{
     cli::RecordArgs,
+    incident::IncidentOptions,
     model::Profile,
     output_file::OutputFile,
     recording::{self, RecordingError},
@@ -30,6 +31,8 @@ pub struct Unsaved {
 pub(crate) struct Recorded {
     pub profile: Profile,
     pub unsaved: Option<Unsaved>,
+    /// The first incident a trigger wrote (with `--trigger`).
+    pub incident: Option<Arc<Profile>>,
 }
 
 /// Records until the duration ends or a signal arrives, then reports. When
@@ -37,9 +40,11 @@ pub(crate) struct Recorded {
 /// printed, then one line says why the file is missing (exit status 1).
 pub async fn record(args: &RecordArgs) -> anyhow::Result<()> {
     check_binary_stdout(args.view.format, false)?;
-    let opts = SessionOptions::try_from(&args.session)?;
+    let opts = SessionOptions::try_from(&args.session)?.with_incidents(IncidentOptions::from(&args.incident));
     let rec = record_profile(opts, args.duration, args.output.as_deref()).await?;
-    emit(&render(&rec.profile, &ReportOptions::from(&args.view))?, None)?;
+    // With triggers, the report is the incident's (the first one).
+    let shown = rec.incident.as_deref().unwrap_or(&rec.profile);
+    emit(&render(shown, &ReportOptions::from(&args.view))?, None)?;
     rec.unsaved.map_or(Ok(()), |e| Err(e.into()))
 }
 
@@ -60,14 +65,39 @@ pub(crate) async fn record_profile(
     let (stop, _) = shutdown::on_signal(Hangup::Stop).context("catching SIGINT, SIGTERM and SIGHUP")?;
     let session = Session::start(opts)?;
     let backend = session.backend();
+    let incidents = session.incidents();
     match duration {
         Some(d) => {
             shutdown::say(&format!("lockprof: recording for {d} s with the {backend} backend (Ctrl-C stops early)"))
         }
         None => shutdown::say(&format!("lockprof: recording with the {backend} backend; Ctrl-C to stop")),
     }
-    super::shutdown_or_sleep(&stop, duration.map(Duration::from_secs_f64)).await?;
+    if let Some(log) = &incidents {
+        shutdown::say(&format!(
+            "lockprof: recording until a trigger fires ({}); incidents go to {}",
+            log.borrow().fired.iter().map(|(t, _)| format!("`{t}`")).collect::<Vec<_>>().join(", "),
+            log.borrow().dir.display()
+        ));
+    }
+    tokio::select! {
+        r = super::shutdown_or_sleep(&stop, duration.map(Duration::from_secs_f64)) => r?,
+        () = first_incident(incidents.clone()) => {}
+    }
     let profile = session.finish().await.context("finishing the recording")?;
+    // The session's end captures a window still open: read the log after it.
+    let incident = incidents.as_ref().and_then(|rx| {
+        let log = rx.borrow();
+        match log.written.first() {
+            Some(w) => shutdown::say(&format!(
+                "lockprof: incident {} ({}) written to {}; its report follows",
+                w.id,
+                w.reason,
+                w.path.display()
+            )),
+            None => shutdown::say("lockprof: no trigger fired; the report is of the whole recording"),
+        }
+        log.last.clone()
+    });
     let mut unsaved = None;
     if let Some(out) = output {
         let path = out.path().to_path_buf();
@@ -76,5 +106,13 @@ pub(crate) async fn record_profile(
             Err(source) => unsaved = Some(Unsaved { source }),
         }
     }
-    Ok(Recorded { profile, unsaved })
+    Ok(Recorded { profile, unsaved, incident })
+}
+
+/// Returns once a trigger's incident is written (never without triggers).
+async fn first_incident(rx: Option<tokio::sync::watch::Receiver<Arc<crate::incident::IncidentLog>>>) {
+    let Some(mut rx) = rx else { return std::future::pending().await };
+    if rx.wait_for(|log| !log.written.is_empty()).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }

@@ -39,7 +39,8 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             session.backend()
         ));
         let listener = tokio::net::TcpListener::from_std(listener).context("registering the listening socket")?;
-        let served = serve::run(listener, session.profiles(), &sopts, stop).await;
+        let incidents = session.incidents();
+        let served = serve::run(listener, session.profiles(), incidents, &sopts, stop).await;
         let finished = session.finish().await;
         served?;
         finished.context("finishing the session")?;

@@ -55,4 +55,9 @@ impl IncidentOptions {
     pub fn enabled(&self) -> bool {
         !self.triggers.is_empty()
     }
+
+    /// The smallest `wait>=` threshold (what the kernel must stream as outliers).
+    pub fn min_wait_ns(&self) -> Option<u64> {
+        super::engine::min_wait_ns(&self.triggers)
+    }
 }

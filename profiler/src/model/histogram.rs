@@ -130,6 +130,37 @@ impl SparseHistogram {
         }
     }
 
+    /// What `self` holds beyond `earlier`, an earlier state of the same
+    /// histogram, bucket by bucket at `self`'s resolution (a histogram only
+    /// ever coarsens, so `earlier` is brought to it). None when `earlier`
+    /// cannot be an earlier state (finer than `self` after coarsening, or a
+    /// bucket holding more than now): the row was dropped and made again.
+    pub fn since(&self, earlier: &SparseHistogram) -> Option<SparseHistogram> {
+        let mut base = earlier.clone();
+        if base.sub_bits > self.sub_bits {
+            base.coarsen_to(self.sub_bits);
+        }
+        if base.sub_bits != self.sub_bits {
+            return None;
+        }
+        let mut cells = Vec::with_capacity(self.cells.len());
+        let mut old = base.cells.iter().peekable();
+        for &c in &self.cells {
+            let i = cell_index(c);
+            while old.next_if(|&&o| cell_index(o) < i).is_some() {}
+            let before = old.next_if(|&&o| cell_index(o) == i).map_or(0, |&o| cell_count(o));
+            let n = cell_count(c).checked_sub(before)?;
+            if n > 0 {
+                cells.push(cell(i, n));
+            }
+        }
+        if old.next().is_some() {
+            // A bucket that emptied: not an earlier state.
+            return None;
+        }
+        Some(SparseHistogram { sub_bits: self.sub_bits, cap: self.cap, cells })
+    }
+
     /// Non-empty buckets as (lowest value, highest value, count), ascending.
     pub fn buckets(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         self.cells.iter().map(|&c| {
@@ -187,6 +218,32 @@ mod tests {
             }
         }
         assert_eq!(index(u64::MAX, MAX_SUB_BITS) >> 16, 0, "indices fit 16 bits");
+    }
+
+    #[test]
+    fn since_is_what_was_added() {
+        let mut earlier = SparseHistogram::new(4, 8);
+        for v in [3u64, 100, 100, 5_000] {
+            earlier.record_n(v, 1);
+        }
+        let mut now = earlier.clone();
+        let mut added = SparseHistogram::new(4, 8);
+        for v in [100u64, 7_000, 1 << 30] {
+            now.record_n(v, 2);
+            added.record_n(v, 2);
+        }
+        assert_eq!(now.since(&earlier), Some(added));
+        // Coarsened since: the earlier state is brought to the new resolution.
+        for v in (0..40).map(|k| 1u64 << k) {
+            now.record_n(v, 1);
+        }
+        assert!(now.sub_bits() < earlier.sub_bits());
+        let d = now.since(&earlier).expect("an earlier state");
+        assert_eq!(d.count(), now.count() - earlier.count());
+        // Not an earlier state: a bucket shrank.
+        let mut other = SparseHistogram::new(4, 8);
+        other.record_n(5, 1);
+        assert_eq!(other.since(&now), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod counters;
 mod frames;
 mod grouping;
 mod histogram;
+mod incident;
 mod key;
 mod kind;
 pub mod placeholders;
@@ -14,6 +15,7 @@ mod yields;
 
 pub use counters::{Bookkeeping, Counter, CounterKind, Counters, Field, Losses};
 pub use grouping::grouped_by_name;
+pub use incident::{CpuTask, IncidentInfo, SystemState};
 pub use key::LockKey;
 pub use kind::{mode_name, parse_type, type_label, type_name};
 pub use profile::{

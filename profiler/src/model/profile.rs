@@ -364,6 +364,9 @@ pub struct Profile {
     /// most wait first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroups: Vec<CgroupProfile>,
+    /// When an incident trigger wrote this recording: which, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incident: Option<super::IncidentInfo>,
 }
 
 impl Profile {

@@ -103,6 +103,31 @@ impl Stats {
         self.hist.merge(&other.hist);
     }
 
+    /// The observations added since `earlier`, an earlier state of these
+    /// statistics: exact count, total and buckets; the minimum and maximum
+    /// exact where they moved, else the bounds of the lowest and highest
+    /// bucket that grew. All of `self` when `earlier` cannot be an earlier
+    /// state (the row was dropped and made again).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        if earlier.count == 0 {
+            return self.clone();
+        }
+        let grown = (self.count >= earlier.count && self.total_ns >= earlier.total_ns)
+            .then(|| self.hist.since(&earlier.hist))
+            .flatten();
+        let Some(hist) = grown else { return self.clone() };
+        let mut out = Stats { count: 0, total_ns: 0, min_ns: 0, max_ns: 0, sigfig: self.sigfig, hist };
+        let (Some(lo), Some(hi)) = (out.hist.buckets().next(), out.hist.buckets().last()) else {
+            out.hist = SparseHistogram::new(shape(self.sigfig).0, shape(self.sigfig).1);
+            return out;
+        };
+        out.count = self.count - earlier.count;
+        out.total_ns = self.total_ns - earlier.total_ns;
+        out.min_ns = if self.min_ns < earlier.min_ns { self.min_ns } else { lo.0.clamp(self.min_ns, self.max_ns) };
+        out.max_ns = if self.max_ns > earlier.max_ns { self.max_ns } else { hi.1.clamp(self.min_ns, self.max_ns) };
+        out
+    }
+
     /// Number of observations.
     pub fn count(&self) -> u64 {
         self.count
@@ -295,6 +320,35 @@ mod tests {
         assert!(s.quantile_ns(1.0) <= 1_500);
         s.add_buckets(0, 0, 0, 0, [(1, 1, 0)]);
         assert_eq!(s.count(), 5);
+    }
+
+    #[test]
+    fn since_keeps_exact_moments_of_what_was_added() {
+        let mut earlier = Stats::new(LOCK_SIGFIG);
+        for ns in [1_000u64, 2_000, 3_000] {
+            earlier.record(ns);
+        }
+        let mut now = earlier.clone();
+        let mut added = Stats::new(LOCK_SIGFIG);
+        for ns in [500u64, 2_000, 200_000_000] {
+            now.record(ns);
+            added.record(ns);
+        }
+        let d = now.since(&earlier);
+        assert_eq!((d.count(), d.total_ns(), d.min_ns(), d.max_ns()), (3, 200_002_500, 500, 200_000_000));
+        assert_eq!(d.buckets(), added.buckets());
+        assert_eq!(d.quantile_ns(0.5), added.quantile_ns(0.5));
+        // Nothing added: empty.
+        assert_eq!(now.since(&now).count(), 0);
+        assert_eq!(now.since(&now).max_ns(), 0);
+        // Not an earlier state (a reset row): all of it.
+        assert_eq!(earlier.since(&now).count(), earlier.count());
+        // Neither bound moved: the bounds of the buckets that grew.
+        let mut later = now.clone();
+        later.record(2_500);
+        let d = later.since(&now);
+        assert_eq!(d.count(), 1);
+        assert!(d.min_ns() <= 2_500 && d.max_ns() >= 2_500 && d.max_ns() - d.min_ns() < 50, "{d:?}");
     }
 
     #[test]

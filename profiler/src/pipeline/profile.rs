@@ -556,7 +556,18 @@ impl<S: StackSource> ProfileBuilder<S> {
 
     /// Resolves stacks and names locks, producing a profile sorted by total
     /// wait. Locks whose rows are the same as last time are not rebuilt.
-    pub fn build(&mut self, snap: &Snapshot, mut meta: Meta) -> Profile {
+    pub fn build(&mut self, snap: &Snapshot, meta: Meta) -> Profile {
+        self.build_with(snap, meta, true)
+    }
+
+    /// [`build`](Self::build) for a snapshot that is not the session's
+    /// latest (a time window: [`Snapshot::since`]): the per-lock cache and
+    /// the stacks in use stay as the session's snapshots left them.
+    pub fn build_window(&mut self, snap: &Snapshot, meta: Meta) -> Profile {
+        self.build_with(snap, meta, false)
+    }
+
+    fn build_with(&mut self, snap: &Snapshot, mut meta: Meta, latest: bool) -> Profile {
         meta.events = snap.events;
         let kept = &mut meta.drops.bookkeeping;
         kept.lock_keys_overflow = snap.overflow.locks;
@@ -567,11 +578,13 @@ impl<S: StackSource> ProfileBuilder<S> {
         kept.caller_rows_aged = snap.overflow.aged_callers;
         kept.yield_keys_overflow = snap.yields.overflow;
         kept.cgroup_keys_overflow = snap.overflow.cgroups;
-        self.locks.retain(|k, _| snap.locks.contains_key(k));
+        if latest {
+            self.locks.retain(|k, _| snap.locks.contains_key(k));
+        }
         let mut locks = Vec::with_capacity(snap.locks.len());
         for (key, agg) in &snap.locks {
             match self.locks.get(key) {
-                Some((seen, built)) if Arc::ptr_eq(seen, agg) => locks.push(built.clone()),
+                Some((seen, built)) if latest && Arc::ptr_eq(seen, agg) => locks.push(built.clone()),
                 _ => {
                     let mut stacks = Stacks {
                         resolver: &mut self.resolver,
@@ -580,7 +593,9 @@ impl<S: StackSource> ProfileBuilder<S> {
                         user_locks: self.user_locks.as_mut(),
                     };
                     let built = lock_profile(key, agg, &mut stacks, self.task_names);
-                    self.locks.insert(*key, (agg.clone(), built.clone()));
+                    if latest {
+                        self.locks.insert(*key, (agg.clone(), built.clone()));
+                    }
                     locks.push(built);
                 }
             }
@@ -632,7 +647,7 @@ impl<S: StackSource> ProfileBuilder<S> {
 
         let yield_to = (meta.yield_backend.is_some() || snap.yields.total.calls() > 0)
             .then(|| yield_profile(&snap.yields, &mut self.resolver, &locks));
-        if snap.overflow.aged_callers > 0 {
+        if latest && snap.overflow.aged_callers > 0 {
             // Rows were aged out: forget the stacks nothing refers to any more.
             let used: rustc_hash::FxHashSet<StackId> =
                 stack_ids(snap).flat_map(|(k, u)| std::iter::once(k).chain(u)).collect();
@@ -646,7 +661,7 @@ impl<S: StackSource> ProfileBuilder<S> {
         meta.drops.bookkeeping.user_stack_truncated = truncated;
         meta.drops.losses.stacks_evicted = self.resolver.evicted();
         meta.drops.bookkeeping.stacks_read = self.resolver.read();
-        Profile { meta, locks, tasks, slowest, yield_to, cgroups }
+        Profile { meta, locks, tasks, slowest, yield_to, cgroups, incident: None }
     }
 
     /// The cgroup rows: each cgroup's waits, and its part of each lock.

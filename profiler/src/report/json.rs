@@ -211,7 +211,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
         })
         .collect();
     let m = &p.meta;
-    json!({
+    let mut v = json!({
         "schema": SCHEMA,
         "backend": m.backend,
         "mode": m.mode,
@@ -230,7 +230,12 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
         "slowest": slowest,
         "cgroups": cgroups,
         "yield_to": yield_json(p, opts),
-    })
+    });
+    // Only a recording an incident trigger wrote has this object.
+    if let (Some(i), Some(o)) = (&p.incident, v.as_object_mut()) {
+        o.insert("incident".into(), json!(i));
+    }
+    v
 }
 
 /// Renders the JSON report, pretty-printed with a trailing newline.

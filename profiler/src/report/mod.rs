@@ -287,6 +287,7 @@ pub(crate) mod fixture {
             }],
             yield_to: None,
             cgroups: Vec::new(),
+            incident: None,
         }
     }
 

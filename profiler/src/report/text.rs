@@ -72,6 +72,9 @@ fn header(p: &Profile, out: &mut String) {
         if m.hostname.is_empty() { String::new() } else { format!(", host {}", m.hostname) },
     );
     let _ = writeln!(out, "counters: {}", counters_line(&m.drops));
+    if let Some(i) = &p.incident {
+        incident(i, out);
+    }
     if !m.filters.is_empty() {
         let _ = writeln!(out, "filters: {}", m.filters.join(" "));
     }
@@ -88,6 +91,33 @@ fn header(p: &Profile, out: &mut String) {
         let _ = writeln!(out, "note: {n}");
     }
     out.push('\n');
+}
+
+/// Which trigger wrote the recording, why, and the system around it.
+fn incident(i: &crate::model::IncidentInfo, out: &mut String) {
+    let _ = writeln!(out, "incident {}: {}", i.id, i.reason);
+    let _ = writeln!(
+        out,
+        "  trigger `{}`; window: {:.1} s before it fired to {:.1} s after",
+        i.trigger,
+        i.before_s(),
+        i.after_s()
+    );
+    if let Some(s) = &i.system {
+        let top: Vec<String> =
+            s.top_tasks.iter().take(5).map(|t| format!("{}[{}] {:.0}%", t.comm, t.tid, t.cpu_pct)).collect();
+        let _ = writeln!(
+            out,
+            "  system: load {:.2} {:.2} {:.2}, {} runnable, {} blocked, {} CPUs; busiest threads after it: {}",
+            s.loadavg[0],
+            s.loadavg[1],
+            s.loadavg[2],
+            s.procs_running,
+            s.procs_blocked,
+            s.cpus,
+            if top.is_empty() { "-".to_string() } else { top.join(", ") }
+        );
+    }
 }
 
 fn yield_cols(s: &YieldStats) -> String {

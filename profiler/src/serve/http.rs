@@ -2,6 +2,7 @@
 //! read the shared state. [`server`] accepts the connections, within
 //! [`Limits`].
 
+mod incidents;
 mod server;
 
 use std::{
@@ -37,6 +38,9 @@ lockprof serve: live lock-contention metrics and profiles
                                            of the last N seconds; without seconds: since start
 /debug/pprof/lockprof?seconds=N&metric=M   pprof of the last N seconds by metric: wait, hold, count, blame
                                            (blame: the waits each owner caused, by its acquire stack)
+/debug/lockprof/incidents                  incidents the --trigger options wrote (JSON list)
+/debug/lockprof/incidents/ID               one incident: the recording (JSON, `lockprof report --input` reads
+                                           it), or ?format=pprof
 /healthz                                   liveness: 200 while profiles keep coming
 ";
 
@@ -62,6 +66,8 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/debug/pprof/mutex", get(mutex))
         .route("/debug/pprof/lockprof", get(lockprof))
+        .route("/debug/lockprof/incidents", get(incidents::list))
+        .route("/debug/lockprof/incidents/{id}", get(incidents::one))
         .fallback(|uri: axum::http::Uri| async move {
             HttpError(StatusCode::NOT_FOUND, format!("no such endpoint {}; see / for the list", uri.path()))
         })

@@ -21,6 +21,7 @@ use prometheus::{
 };
 
 use crate::{
+    incident::IncidentLog,
     model::{self, LockKey, LockProfile, Meta, NameSource, Profile, mode_name, type_name},
     pipeline::delta::{Deltas, LockDelta},
 };
@@ -69,6 +70,8 @@ pub struct Exporter {
     rows: BTreeMap<&'static str, u64>,
     /// Each lock's waits split by the waiters' cgroup.
     cgroups: CgroupSeries,
+    /// The incident triggers' counts (None: no triggers).
+    incidents: Option<std::sync::Arc<IncidentLog>>,
 }
 
 fn name_source(l: &LockProfile) -> &'static str {
@@ -96,7 +99,13 @@ impl Exporter {
             yields: None,
             own_drops: BTreeMap::new(),
             rows: BTreeMap::new(),
+            incidents: None,
         }
+    }
+
+    /// Sets the incident triggers' counts.
+    pub fn set_incidents(&mut self, log: std::sync::Arc<IncidentLog>) {
+        self.incidents = Some(log);
     }
 
     /// Sets the row count of one of the daemon's tables.
@@ -305,6 +314,34 @@ impl Exporter {
             MetricType::COUNTER,
             drops,
         ));
+        if let Some(log) = &self.incidents {
+            let fired =
+                log.fired.iter().map(|(t, n)| Kind::Count.metric(&[("trigger", t.clone())], &count_only(*n))).collect();
+            families.push(family(
+                "lockprof_incidents_total",
+                "Incidents written, by trigger (--trigger).",
+                MetricType::COUNTER,
+                fired,
+            ));
+            let events = [
+                ("rate_limited", log.rate_limited),
+                ("merged", log.merged),
+                ("deleted", log.deleted),
+                ("write_failed", log.failed),
+                ("long_waits_missed", log.missed_long_waits),
+            ]
+            .iter()
+            .map(|(e, n)| Kind::Count.metric(&[("event", e.to_string())], &count_only(*n)))
+            .collect();
+            families.push(family(
+                "lockprof_incident_events_total",
+                "What the incident limits did: fires beyond --max-incidents-per-hour (rate_limited), fires during \
+                 a capture (merged into it), incidents deleted for --incident-dir-max-mb, incidents not written, \
+                 long waits the triggers fell too far behind to judge.",
+                MetricType::COUNTER,
+                events,
+            ));
+        }
         families.push(family(
             "lockprof_events_total",
             "Contention events aggregated since start (the sum of every lock's contentions).",

@@ -25,7 +25,10 @@ pub use self::{
     privileges::{Kept, PrivilegeError, drop_after_attach},
     window::Window,
 };
-use crate::model::{Counter, CounterKind, Profile};
+use crate::{
+    incident::IncidentLog,
+    model::{Counter, CounterKind, Profile},
+};
 
 /// Defaults of the serve options (the CLI shows and uses these).
 pub mod defaults {
@@ -100,6 +103,8 @@ pub struct State {
     pub updated: Instant,
     /// When serving started.
     pub started: Instant,
+    /// The incidents the session's triggers wrote (None: no triggers).
+    pub incidents: Option<watch::Receiver<Arc<IncidentLog>>>,
 }
 
 impl State {
@@ -111,6 +116,7 @@ impl State {
             latest: Arc::new(Profile::default()),
             updated: Instant::now(),
             started: Instant::now(),
+            incidents: None,
         }
     }
 
@@ -124,6 +130,9 @@ impl State {
             value: self.window.folded(),
         });
         self.exporter.set_rows("window", self.window.entries());
+        if let Some(log) = &self.incidents {
+            self.exporter.set_incidents(log.borrow().clone());
+        }
         self.latest = p;
         self.updated = now;
     }
@@ -136,10 +145,11 @@ pub type Shared = Arc<Mutex<State>>;
 pub async fn run(
     listener: tokio::net::TcpListener,
     mut profiles: watch::Receiver<Arc<Profile>>,
+    incidents: Option<watch::Receiver<Arc<IncidentLog>>>,
     opts: &ServeOptions,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
-    let state: Shared = Arc::new(Mutex::new(State::new(opts)));
+    let state: Shared = Arc::new(Mutex::new(State { incidents, ..State::new(opts) }));
     let updater = {
         let (state, stop) = (state.clone(), stop.clone());
         tokio::spawn(async move {

@@ -29,6 +29,7 @@ use self::housekeeping::Housekeeping;
 use crate::{
     cgroups::{CgroupFs, CgroupTree},
     ebpf::{KernelStacks, LoadError, Probes, features::kernel_release, recursion_misses},
+    incident::{Engine, IncidentLog, IncidentOptions, Store, WindowBuilder},
     model::{Counters, Meta, Profile},
     pipeline::{
         Aggregator, Control, Msg, ProfileBuilder, Snapshot,
@@ -57,6 +58,9 @@ pub enum SessionError {
     /// The user-stack symbolizer could not start (`--user-stacks`).
     #[error(transparent)]
     UserSymbols(#[from] crate::symbols::user::UserSymbolsError),
+    /// The incident directory cannot be used (`--incident-dir`).
+    #[error(transparent)]
+    Incidents(#[from] crate::incident::StoreError),
     /// A pipeline task panicked or was cancelled.
     #[error("pipeline task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -99,17 +103,7 @@ pub struct Session {
     builder: JoinHandle<Builder>,
     profiles: watch::Sender<Arc<Profile>>,
     logger: Option<JoinHandle<()>>,
-}
-
-/// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into a valid, owned timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+    incidents: Option<watch::Receiver<Arc<IncidentLog>>>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -156,6 +150,18 @@ async fn flush_logs(logger: aya_log::EbpfLogger<&'static dyn log::Log>, stop: Ca
 /// live views subscribed, one profile, built off their draw path; without,
 /// the new stacks are read and symbolized, so that the kernel's stack map
 /// may forget them (it is an LRU map: a stack read late may be gone).
+/// The session's builder, building incident windows with the session's meta.
+struct Windows<'a> {
+    builder: &'a mut Builder,
+    meta: Meta,
+}
+
+impl WindowBuilder for Windows<'_> {
+    fn window(&mut self, snap: &Snapshot) -> Profile {
+        self.builder.build_window(snap, self.meta.clone())
+    }
+}
+
 async fn feed_builder(
     mut builder: Builder,
     mut snaps: watch::Receiver<Arc<Snapshot>>,
@@ -163,6 +169,7 @@ async fn feed_builder(
     meta: MetaSource,
     stop: CancellationToken,
     mut pins: Option<mpsc::Receiver<StackId>>,
+    mut incidents: Option<Engine>,
 ) -> Builder {
     /// The next announced user stack (never, without user stacks).
     async fn next_pin(pins: &mut Option<mpsc::Receiver<StackId>>) -> Option<StackId> {
@@ -183,12 +190,20 @@ async fn feed_builder(
                 let snap = snaps.borrow_and_update().clone();
                 if publish.receiver_count() == 0 {
                     builder.prefetch(&snap);
-                    continue;
+                } else {
+                    let p = builder.build(&snap, meta.meta(&snap.kernel, 0, 0));
+                    publish.send_replace(Arc::new(p));
                 }
-                let p = builder.build(&snap, meta.meta(&snap.kernel, 0, 0));
-                publish.send_replace(Arc::new(p));
+                if let Some(engine) = incidents.as_mut() {
+                    let meta = meta.meta(&snap.kernel, 0, 0);
+                    engine.observe(snap, &mut Windows { builder: &mut builder, meta });
+                }
             }
         }
+    }
+    if let Some(engine) = incidents.as_mut() {
+        let snap = snaps.borrow().clone();
+        engine.finish(&mut Windows { builder: &mut builder, meta: meta.meta(&snap.kernel, 0, 0) });
     }
     builder
 }
@@ -241,7 +256,11 @@ impl Session {
             program_fds: probes.program_fds(),
             refused: Default::default(),
         };
-        Ok(Prepared { opts, probes, ring, builder, hk })
+        let store = match &opts.incidents {
+            Some(i) => Some(Store::open(&i.dir, i.max_per_hour, i.max_dir_bytes)?),
+            None => None,
+        };
+        Ok(Prepared { opts, probes, ring, builder, hk, store })
     }
 }
 
@@ -254,6 +273,8 @@ pub struct Prepared {
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     builder: Builder,
     hk: Housekeeping,
+    /// The incident directory, opened (with triggers).
+    store: Option<Store>,
 }
 
 impl Prepared {
@@ -265,7 +286,7 @@ impl Prepared {
 
     /// Starts the pipeline tasks. Must run inside a tokio runtime.
     pub fn start(self) -> Result<Session, SessionError> {
-        let Prepared { opts, mut probes, ring, builder, hk } = self;
+        let Prepared { opts, mut probes, ring, builder, hk, store } = self;
         let mode = opts.mode();
         let stop = CancellationToken::new();
         let logger = if opts.ebpf_logs {
@@ -280,7 +301,19 @@ impl Prepared {
             None
         };
         let program_fds = hk.program_fds.clone();
-        let aggregator = aggregator::spawn(Aggregator::new(opts.limits), opts.channel_batches, opts.publish_interval);
+        let (engine, incidents) = match (&opts.incidents, store) {
+            (Some(i), Some(store)) => {
+                let (e, rx) = Engine::new(i, store);
+                (Some(e), Some(rx))
+            }
+            _ => (None, None),
+        };
+        let recent_min_ns = opts.incidents.as_ref().and_then(IncidentOptions::min_wait_ns).unwrap_or(u64::MAX);
+        let aggregator = aggregator::spawn(
+            Aggregator::new(opts.limits).with_recent(recent_min_ns),
+            opts.channel_batches,
+            opts.publish_interval,
+        );
         let tx = aggregator.sender().ok_or_else(|| std::io::Error::other("aggregator closed"))?;
         let reader_stats = Arc::new(ReaderStats::default());
         let (pins, pinned) = if opts.load.config.user_stacks != 0 {
@@ -315,8 +348,21 @@ impl Prepared {
             meta.clone(),
             stop.clone(),
             pinned,
+            engine,
         ));
-        Ok(Session { probes, meta, program_fds, stop, reader, housekeeper, aggregator, builder, profiles, logger })
+        Ok(Session {
+            probes,
+            meta,
+            program_fds,
+            stop,
+            reader,
+            housekeeper,
+            aggregator,
+            builder,
+            profiles,
+            logger,
+            incidents,
+        })
     }
 }
 
@@ -336,6 +382,12 @@ impl Session {
     /// session).
     pub fn profiles(&mut self) -> watch::Receiver<Arc<Profile>> {
         self.profiles.subscribe()
+    }
+
+    /// The incidents this session's triggers wrote, updated as they are
+    /// (None: no triggers).
+    pub fn incidents(&self) -> Option<watch::Receiver<Arc<IncidentLog>>> {
+        self.incidents.clone()
     }
 
     /// Control channel to the aggregator.
@@ -378,7 +430,7 @@ impl Session {
         if let Some(l) = logger {
             let _ = l.await;
         }
-        let now = monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         let open = hk.pending.open_waits().unwrap_or_else(|e| {
             log::warn!("reading waits open at stop: {e}");
             Vec::new()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use profiler_common::{DEFAULT_STACK_ENTRIES, MODE_AGGREGATE, MODE_STREAM, STACK_WINDOWS_PER_S};
 
-use crate::{cgroups::CgroupFs, ebpf::LoadOptions, pipeline::Limits};
+use crate::{cgroups::CgroupFs, ebpf::LoadOptions, incident::IncidentOptions, pipeline::Limits};
 
 /// How waits reach userspace.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -82,6 +82,8 @@ pub struct SessionOptions {
     pub cgroups: Option<CgroupOptions>,
     /// Notes for the profile's meta (what the session could not do).
     pub notes: Vec<String>,
+    /// Incident triggers, and where their incidents go (None: no triggers).
+    pub incidents: Option<IncidentOptions>,
 }
 
 impl Default for SessionOptions {
@@ -97,6 +99,7 @@ impl Default for SessionOptions {
             ebpf_logs: false,
             cgroups: None,
             notes: Vec::new(),
+            incidents: None,
         }
     }
 }
@@ -123,6 +126,21 @@ impl SessionOptions {
     /// The mode.
     pub fn mode(&self) -> Mode {
         if self.load.config.mode == MODE_AGGREGATE { Mode::Aggregate } else { Mode::Stream }
+    }
+
+    /// Judges `incidents`' triggers in this session (nothing when it has
+    /// none): waits as long as the shortest `wait>=` threshold are then
+    /// streamed from the kernel as outliers, whatever `--outlier-us` says.
+    pub fn with_incidents(mut self, incidents: IncidentOptions) -> SessionOptions {
+        if !incidents.enabled() {
+            return self;
+        }
+        if let Some(min) = incidents.min_wait_ns() {
+            let o = &mut self.load.config.outlier_ns;
+            *o = if *o == 0 { min } else { (*o).min(min) };
+        }
+        self.incidents = Some(incidents);
+        self
     }
 
     /// Sets the stack budget from walks per second per CPU (0: unlimited).

@@ -10,6 +10,8 @@ use std::{
 };
 
 use profiler_common::LockType;
+
+use crate::incident::IncidentLog;
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 use super::keys::{Action, action_for};
@@ -166,6 +168,10 @@ pub struct App {
     /// What each profile added per lock.
     deltas: Deltas,
     prev_elapsed: f64,
+    /// The incidents the session's triggers wrote (None: no triggers).
+    pub incidents: Option<Arc<IncidentLog>>,
+    /// The live profile put aside while an incident is shown (`i`).
+    live: Option<Arc<Profile>>,
 }
 
 impl App {
@@ -190,7 +196,45 @@ impl App {
             elapsed_s: 0.0,
             deltas: Deltas::new(),
             prev_elapsed: 0.0,
+            incidents: None,
+            live: None,
         }
+    }
+
+    /// The incident log changed.
+    pub fn on_incidents(&mut self, log: Arc<IncidentLog>) {
+        self.incidents = Some(log);
+    }
+
+    /// The id of the incident shown instead of the live data, if one is.
+    pub fn showing_incident(&self) -> Option<&str> {
+        self.live.as_ref()?;
+        self.profile.incident.as_ref().map(|i| i.id.as_str())
+    }
+
+    /// `i`: shows the latest incident (frozen), or goes back to live.
+    fn toggle_incident(&mut self) {
+        if let Some(live) = self.live.take() {
+            self.profile = live;
+            self.paused = false;
+            self.status = Some("live".into());
+        } else {
+            match self.incidents.as_ref().and_then(|l| l.last.clone()) {
+                Some(incident) => {
+                    self.live = Some(std::mem::replace(&mut self.profile, incident));
+                    self.paused = true;
+                    self.status = self.showing_incident().map(|id| format!("incident {id}: i goes back to live"));
+                }
+                None => {
+                    self.status = Some(match &self.incidents {
+                        Some(_) => "no incident yet".into(),
+                        None => "no incident triggers: start top with --trigger".into(),
+                    })
+                }
+            }
+        }
+        self.selected = 0;
+        self.refresh_rows();
     }
 
     /// The current sort key.
@@ -211,6 +255,9 @@ impl App {
             // Frozen display, but the deltas are taken so the first rate
             // after resuming covers one interval, not the whole pause.
             self.prev_elapsed = elapsed_s;
+            if self.live.is_some() {
+                self.live = Some(p);
+            }
             return;
         }
         let dt = (elapsed_s - self.prev_elapsed).max(1e-3);
@@ -408,7 +455,9 @@ impl App {
                 self.selected = 0;
                 self.refresh_rows();
             }
-            Action::Pause => self.paused = !self.paused,
+            Action::Pause if self.live.is_none() => self.paused = !self.paused,
+            Action::Pause => {}
+            Action::Incident => self.toggle_incident(),
             Action::Reset => {
                 self.clear_history();
                 self.status = Some("statistics reset".into());

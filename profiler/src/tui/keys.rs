@@ -30,6 +30,8 @@ pub enum Action {
     Reset,
     /// Save the current data as a recording file.
     Export,
+    /// Open the latest incident (a `--trigger` fired), or back to live.
+    Incident,
     /// Show or hide the help overlay.
     Help,
     /// Next view (locks, callers, tasks).
@@ -166,6 +168,13 @@ pub const BINDINGS: &[Binding] = &[
         action: Action::Export,
         hint: hint("e", "export"),
         matches: |e| ch(e, 'e'),
+    },
+    Binding {
+        keys: "i",
+        help: "open the latest incident (--trigger) / back to live",
+        action: Action::Incident,
+        hint: None,
+        matches: |e| ch(e, 'i'),
     },
     Binding {
         keys: "Tab / Shift-Tab",

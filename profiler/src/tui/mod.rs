@@ -58,6 +58,19 @@ fn spawn_input(tx: mpsc::Sender<Event>, stop: Arc<AtomicBool>) {
     });
 }
 
+/// The next change of the incident log (never, without triggers or once
+/// the session is gone).
+async fn next_incidents(
+    rx: &mut Option<tokio::sync::watch::Receiver<Arc<crate::incident::IncidentLog>>>,
+) -> Option<Arc<crate::incident::IncidentLog>> {
+    if let Some(r) = rx
+        && r.changed().await.is_ok()
+    {
+        return Some(r.borrow_and_update().clone());
+    }
+    std::future::pending().await
+}
+
 /// Runs the dashboard until quit, SIGINT, SIGTERM or SIGHUP (its terminal
 /// closed); then restores the terminal (if still there) and detaches.
 pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
@@ -65,6 +78,7 @@ pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
     // Attach before taking over the terminal, so errors print normally.
     let mut session = Session::start(opts)?;
     let mut profiles = session.profiles();
+    let mut incidents = session.incidents();
     let control = session.control();
     let mut terminal = ratatui::init();
     let (tx, mut rx) = mpsc::channel(64);
@@ -72,6 +86,9 @@ pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
     spawn_input(tx, input_stop.clone());
 
     let mut app = App::new();
+    if let Some(rx) = &incidents {
+        app.on_incidents(rx.borrow().clone());
+    }
     let result: anyhow::Result<()> = async {
         loop {
             terminal.draw(|f| f.render_widget(&app, f.area()))?;
@@ -90,6 +107,10 @@ pub async fn run(opts: SessionOptions) -> anyhow::Result<()> {
                         app.on_profile(profile, session.elapsed().as_secs_f64());
                         Effect::None
                     }
+                }
+                Some(log) = next_incidents(&mut incidents) => {
+                    app.on_incidents(log);
+                    Effect::None
                 }
                 _ = stop_signal.cancelled() => Effect::Quit,
             };

@@ -56,8 +56,21 @@ fn header(app: &App, area: Rect, buf: &mut Buffer) {
             fmt_count(y.total.yielded)
         )));
     }
-    if app.paused {
+    if let Some(id) = app.showing_incident() {
+        l1.push(Span::styled(
+            format!("  INCIDENT {id} (i: live)"),
+            Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+        ));
+    } else if app.paused {
         l1.push(Span::styled("  PAUSED", Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)));
+    }
+    if let Some(log) = app.incidents.as_ref().filter(|_| app.showing_incident().is_none()) {
+        let (text, color) = match (log.capturing, log.written.len()) {
+            (true, _) => ("  CAPTURING INCIDENT".to_string(), Color::Red),
+            (false, 0) => ("  triggers armed".to_string(), Color::Green),
+            (false, n) => (format!("  INCIDENTS {n} (i opens the last)"), Color::Magenta),
+        };
+        l1.push(Span::styled(text, Style::new().fg(color).add_modifier(Modifier::BOLD)));
     }
     let losses: Vec<String> = m.drops.lost().map(|c| format!("{}={}", c.name, c.value)).collect();
     let drops = if losses.is_empty() {

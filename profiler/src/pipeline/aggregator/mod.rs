@@ -4,6 +4,7 @@
 //! on an interval.
 
 mod run;
+mod since;
 mod tables;
 
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use rustc_hash::FxHashMap;
 pub use run::{Control, Handle, Msg, spawn};
 pub use tables::{
     BlameAgg, BlameKey, CGROUP_OVERFLOW, CgroupAgg, CgroupSums, KernelStatus, Limits, LockAgg, OVERFLOW_TID, Overflow,
-    SLOWEST_KEPT, Snapshot, TaskAgg, YieldAgg, YieldPairAgg, YieldPairKey, capped,
+    RECENT_KEPT, SLOWEST_KEPT, Snapshot, TaskAgg, YieldAgg, YieldPairAgg, YieldPairKey, capped,
 };
 
 use super::record::Record;
@@ -102,12 +103,21 @@ pub struct Aggregator {
     callers: usize,
     /// Publish intervals so far (rows note the last one that updated them).
     tick: u64,
+    /// Waits at least this long are kept in `Snapshot::recent`.
+    recent_min_ns: u64,
 }
 
 impl Aggregator {
     /// An empty aggregator with the given key limits.
     pub fn new(limits: Limits) -> Self {
-        Aggregator { state: Snapshot::default(), limits, callers: 0, tick: 0 }
+        Aggregator { state: Snapshot::default(), limits, callers: 0, tick: 0, recent_min_ns: u64::MAX }
+    }
+
+    /// Also keeps the latest waits at least `min_ns` long in
+    /// `Snapshot::recent` (what incident triggers on single waits read).
+    pub fn with_recent(mut self, min_ns: u64) -> Self {
+        self.recent_min_ns = min_ns;
+        self
     }
 
     /// Folds one record.
@@ -234,6 +244,14 @@ impl Aggregator {
 
     /// Keeps `ev` if it is among the longest waits seen.
     fn note_slow(&mut self, ev: &ContentionEvent) {
+        if ev.wait_ns >= self.recent_min_ns {
+            let recent = Arc::make_mut(&mut self.state.recent);
+            if recent.len() >= RECENT_KEPT {
+                recent.pop_front();
+            }
+            recent.push_back(*ev);
+            self.state.recent_seq += 1;
+        }
         let slow = &self.state.slowest;
         if slow.len() >= SLOWEST_KEPT && slow.last().is_some_and(|l| l.wait_ns >= ev.wait_ns) {
             return;
@@ -374,8 +392,8 @@ impl Aggregator {
 
     /// Forgets everything (the TUI's reset key) but the kernel's counters.
     pub fn reset(&mut self) {
-        let (generation, kernel) = (self.state.generation, self.state.kernel);
-        self.state = Snapshot { generation, kernel, ..Snapshot::default() };
+        let (generation, kernel, recent_seq) = (self.state.generation, self.state.kernel, self.state.recent_seq);
+        self.state = Snapshot { generation, kernel, recent_seq, ..Snapshot::default() };
         self.callers = 0;
     }
 

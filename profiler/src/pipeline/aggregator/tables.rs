@@ -213,6 +213,10 @@ pub struct KernelStatus {
 /// How many of the longest individual waits are kept.
 pub const SLOWEST_KEPT: usize = 20;
 
+/// How many of the latest long waits are kept for incident triggers (a
+/// reader that falls further behind misses the oldest: counted where read).
+pub const RECENT_KEPT: usize = 1024;
+
 /// The aggregator's tables at one point in time. Cloning one is cheap:
 /// rows are shared until the aggregator changes them.
 #[derive(Clone, Debug, Default)]
@@ -222,6 +226,13 @@ pub struct Snapshot {
     /// The longest individual waits seen (stream mode: all; aggregate mode:
     /// the outliers), longest first.
     pub slowest: Arc<Vec<ContentionEvent>>,
+    /// The latest long waits (at least the aggregator's `recent_min_ns`;
+    /// none unless incident triggers asked for them), oldest first, at most
+    /// [`RECENT_KEPT`].
+    pub recent: Arc<std::collections::VecDeque<ContentionEvent>>,
+    /// Waits ever added to `recent`: the last one's sequence number (a
+    /// reader that remembers it knows which are new).
+    pub recent_seq: u64,
     /// Per-lock statistics.
     pub locks: FxHashMap<LockKey, Arc<LockAgg>>,
     /// Per-thread statistics.

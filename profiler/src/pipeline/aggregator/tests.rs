@@ -116,6 +116,29 @@ fn aggregates_and_events_fold_into_the_same_rows() {
 }
 
 #[test]
+fn recent_long_waits_are_kept_in_order_with_a_sequence() {
+    let mut a = Aggregator::new(Limits::default());
+    a.ingest(&ev(0x100, lcb::MUTEX, 50_000_000, 7, 3));
+    assert!(a.snapshot().recent.is_empty(), "nothing kept unless asked for");
+    let mut a = Aggregator::new(Limits::default()).with_recent(10_000);
+    for w in [5_000u64, 20_000, 10_000, 1_000] {
+        a.ingest(&ev(0x100, lcb::MUTEX, w, 7, 3));
+    }
+    let s = a.snapshot();
+    assert_eq!(s.recent.iter().map(|e| e.wait_ns).collect::<Vec<_>>(), [20_000, 10_000]);
+    assert_eq!(s.recent_seq, 2);
+    for w in 0..RECENT_KEPT as u64 + 5 {
+        let mut e = ev(0x100, lcb::MUTEX, 10_000 + w, 7, 3);
+        e.kind = EVENT_OUTLIER;
+        a.apply(&Record::Outlier(e));
+    }
+    a.reset();
+    let s = a.snapshot();
+    assert_eq!(s.recent_seq, RECENT_KEPT as u64 + 7, "the sequence survives a reset");
+    assert!(s.recent.is_empty());
+}
+
+#[test]
 fn outliers_only_feed_the_slowest_list() {
     let mut a = Aggregator::new(Limits::default());
     for w in 1..=30u64 {

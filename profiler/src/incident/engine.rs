@@ -1,0 +1,439 @@
+//! The incident engine: fed every snapshot of the session, it keeps a ring
+//! of the recent ones, judges the triggers, and when one fires writes the
+//! profile of the window around it (`--before` to `--after`) as a
+//! recording.
+//!
+//! Memory: the ring holds the aggregator's snapshots themselves, whose rows
+//! are shared `Arc`s copied on write, so a slot costs only the rows that
+//! changed in its second. A window's profile is the difference of two
+//! snapshots ([`Snapshot::since`]), built by the session's profile builder.
+//!
+//! Single long waits come from the kernel's outlier stream (every wait at
+//! least the smallest `wait>=` threshold, through `Snapshot::recent`), each
+//! judged once; rates and percentiles are judged on the window of the last
+//! `over` seconds, every snapshot.
+
+use std::{
+    collections::VecDeque,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use profiler_common::ContentionEvent;
+use tokio::sync::watch;
+
+use super::{
+    options::IncidentOptions,
+    store::{Store, StoreError},
+    system::{self, CpuSample},
+    trigger::{Condition, Filter, Trigger},
+};
+use crate::{
+    clock,
+    model::{IncidentInfo, LockProfile, Profile, SlowWait, SystemState},
+    pipeline::Snapshot,
+    report::fmt_ns,
+};
+
+/// One snapshot and when it was taken.
+#[derive(Clone)]
+struct Slot {
+    at: Instant,
+    mono_ns: u64,
+    unix_ms: u64,
+    snap: Arc<Snapshot>,
+}
+
+impl Slot {
+    fn now(snap: Arc<Snapshot>) -> Slot {
+        Slot { at: Instant::now(), mono_ns: clock::monotonic_ns(), unix_ms: clock::unix_ms(), snap }
+    }
+}
+
+/// A fired trigger whose window is still open.
+struct Pending {
+    trigger: usize,
+    reason: String,
+    fired: Slot,
+    base: Slot,
+    system: SystemState,
+    cpu: CpuSample,
+    due: Instant,
+}
+
+/// An incident written by this session.
+#[derive(Clone, Debug)]
+pub struct Written {
+    /// Its id.
+    pub id: String,
+    /// Its file.
+    pub path: PathBuf,
+    /// The trigger's text.
+    pub trigger: String,
+    /// What fired it.
+    pub reason: String,
+    /// When (Unix ms).
+    pub fired_unix_ms: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// What the engine publishes after each change: the incidents written and
+/// its counters.
+#[derive(Clone, Debug, Default)]
+pub struct IncidentLog {
+    /// The directory incidents go to.
+    pub dir: PathBuf,
+    /// Incidents written by this session, oldest first.
+    pub written: Vec<Written>,
+    /// The latest incident's profile (what `top` opens).
+    pub last: Option<Arc<Profile>>,
+    /// Per trigger (in the order given): its text and the incidents it wrote.
+    pub fired: Vec<(String, u64)>,
+    /// Whether a window is being captured now (a trigger fired, its
+    /// `--after` seconds not over).
+    pub capturing: bool,
+    /// Triggers that fired beyond `--max-incidents-per-hour`.
+    pub rate_limited: u64,
+    /// Triggers that fired while a window was being captured (they are in it).
+    pub merged: u64,
+    /// Incidents deleted for `--incident-dir-max-mb`.
+    pub deleted: u64,
+    /// Incidents that could not be written.
+    pub failed: u64,
+    /// Long waits the engine fell too far behind to judge.
+    pub missed_long_waits: u64,
+}
+
+/// Builds the profile of a window snapshot (the session's builder).
+pub trait WindowBuilder {
+    /// The profile of `snap`, a [`Snapshot::since`] window.
+    fn window(&mut self, snap: &Snapshot) -> Profile;
+}
+
+/// Windows built in one round of judging, by their length.
+struct Windows<'a> {
+    built: Vec<(Duration, Arc<Profile>, f64)>,
+    builder: &'a mut dyn WindowBuilder,
+}
+
+/// See the module documentation.
+pub struct Engine {
+    triggers: Vec<Trigger>,
+    before: Duration,
+    after: Duration,
+    keep: Duration,
+    store: Store,
+    start: Slot,
+    ring: VecDeque<Slot>,
+    seen_seq: u64,
+    pending: Option<Pending>,
+    log: IncidentLog,
+    publish: watch::Sender<Arc<IncidentLog>>,
+}
+
+/// The smallest `wait>=` threshold of `triggers` (what the kernel must stream).
+pub fn min_wait_ns(triggers: &[Trigger]) -> Option<u64> {
+    triggers
+        .iter()
+        .filter_map(|t| match t.condition {
+            Condition::Wait { min_ns } => Some(min_ns),
+            _ => None,
+        })
+        .min()
+}
+
+/// Whether `filter`'s cgroup (a path below the mount, or a short name)
+/// names cgroup `id` of `p`.
+fn cgroup_ok(filter: &Filter, p: &Profile, id: u64) -> bool {
+    let Some(want) = filter.cgroup.as_deref() else { return true };
+    let want = want.trim_matches('/');
+    p.cgroups.iter().filter(|c| c.id == id).any(|c| {
+        c.name == want
+            || c.path.as_deref().is_some_and(|path| {
+                let path = path.trim_matches('/');
+                path == want || path.starts_with(&format!("{want}/")) || path.ends_with(&format!("/{want}"))
+            })
+    })
+}
+
+/// The lock of a slow wait in `p`.
+fn lock_of<'a>(p: &'a Profile, w: &SlowWait) -> Option<&'a LockProfile> {
+    p.locks.iter().find(|l| {
+        l.addr == w.addr && l.lock_type == w.lock_type && l.mode == w.mode && l.pid.is_none_or(|pid| pid == w.tgid)
+    })
+}
+
+impl Windows<'_> {
+    /// The profile of the window from `base` to `now`, and its seconds.
+    fn get(&mut self, over: Duration, base: &Slot, now: &Slot) -> (Arc<Profile>, f64) {
+        if let Some((_, p, s)) = self.built.iter().find(|(o, ..)| *o == over) {
+            return (p.clone(), *s);
+        }
+        let p = Arc::new(self.builder.window(&now.snap.since(&base.snap, base.mono_ns, &[])));
+        let secs = now.at.saturating_duration_since(base.at).as_secs_f64();
+        self.built.push((over, p.clone(), secs));
+        (p, secs)
+    }
+}
+
+impl Engine {
+    /// An engine for `opts` writing into `store`, from a session that
+    /// starts now; its log is published on the returned channel.
+    pub fn new(opts: &IncidentOptions, store: Store) -> (Engine, watch::Receiver<Arc<IncidentLog>>) {
+        let log = IncidentLog {
+            dir: store.dir().to_path_buf(),
+            fired: opts.triggers.iter().map(|t| (t.to_string(), 0)).collect(),
+            ..IncidentLog::default()
+        };
+        let (publish, rx) = watch::channel(Arc::new(log.clone()));
+        let history = opts.triggers.iter().map(Trigger::history).max().unwrap_or_default();
+        let engine = Engine {
+            triggers: opts.triggers.clone(),
+            before: opts.before,
+            after: opts.after,
+            keep: opts.before.max(history) + Duration::from_secs(2),
+            store,
+            start: Slot::now(Arc::new(Snapshot::default())),
+            ring: VecDeque::new(),
+            seen_seq: 0,
+            pending: None,
+            log,
+            publish,
+        };
+        (engine, rx)
+    }
+
+    /// Judges a new snapshot: captures a window that is due, fires
+    /// triggers, and keeps the snapshot for later windows.
+    pub fn observe(&mut self, snap: Arc<Snapshot>, builder: &mut dyn WindowBuilder) {
+        let now = Slot::now(snap);
+        self.observe_at(now, builder);
+    }
+
+    fn observe_at(&mut self, now: Slot, builder: &mut dyn WindowBuilder) {
+        let mut changed = false;
+        if self.pending.as_ref().is_some_and(|p| now.at >= p.due) {
+            self.capture(&now, builder);
+            changed = true;
+        }
+        let long = self.new_long_waits(&now.snap);
+        if let Some((trigger, reason)) = self.judge(&now, &long, builder) {
+            changed = true;
+            if self.pending.is_some() {
+                self.log.merged += 1;
+            } else if !self.store.admit(now.at) {
+                self.log.rate_limited += 1;
+                log::warn!(
+                    "incident trigger `{}` fired ({reason}) beyond --max-incidents-per-hour",
+                    self.triggers[trigger]
+                );
+            } else {
+                let base = self.base_at(now.at.checked_sub(self.before));
+                log::info!("incident trigger `{}` fired: {reason}", self.triggers[trigger]);
+                self.pending = Some(Pending {
+                    trigger,
+                    reason,
+                    fired: now.clone(),
+                    base,
+                    system: system::state_now(),
+                    cpu: CpuSample::take(),
+                    due: now.at + self.after,
+                });
+                if self.after.is_zero() {
+                    self.capture(&now, builder);
+                }
+            }
+        }
+        let at = now.at;
+        self.ring.push_back(now);
+        while self.ring.front().is_some_and(|s| at.saturating_duration_since(s.at) > self.keep) {
+            self.ring.pop_front();
+        }
+        if changed || self.log.capturing != self.pending.is_some() {
+            self.log.capturing = self.pending.is_some();
+            self.log.deleted = self.store.deleted;
+            self.publish.send_replace(Arc::new(self.log.clone()));
+        }
+    }
+
+    /// Ends the session: a window still open is captured with what there is.
+    pub fn finish(&mut self, builder: &mut dyn WindowBuilder) {
+        if self.pending.is_some() {
+            let last = self.ring.back().cloned().unwrap_or_else(|| self.start.clone());
+            let last = Slot { at: Instant::now(), ..last };
+            self.capture(&last, builder);
+            self.log.capturing = false;
+            self.log.deleted = self.store.deleted;
+            self.publish.send_replace(Arc::new(self.log.clone()));
+        }
+    }
+
+    /// The long waits of `snap` not judged yet (counting those missed).
+    fn new_long_waits(&mut self, snap: &Snapshot) -> Vec<ContentionEvent> {
+        let fresh = snap.recent_seq.saturating_sub(self.seen_seq);
+        self.seen_seq = snap.recent_seq;
+        let kept = snap.recent.len() as u64;
+        self.log.missed_long_waits += fresh.saturating_sub(kept);
+        snap.recent.iter().skip((kept - fresh.min(kept)) as usize).copied().collect()
+    }
+
+    /// The latest snapshot taken at or before `t`; the session's start when
+    /// `t` is before it (or `None`: the machine's uptime is shorter than
+    /// `--before`), else the oldest kept.
+    fn base_at(&self, t: Option<Instant>) -> Slot {
+        let Some(t) = t.filter(|&t| t > self.start.at) else { return self.start.clone() };
+        self.ring.iter().rev().find(|s| s.at <= t).or(self.ring.front()).cloned().unwrap_or_else(|| self.start.clone())
+    }
+
+    /// The first trigger that fires on `now`, and why.
+    fn judge(
+        &mut self,
+        now: &Slot,
+        long: &[ContentionEvent],
+        builder: &mut dyn WindowBuilder,
+    ) -> Option<(usize, String)> {
+        let mut windows = Windows { built: Vec::new(), builder };
+        let prev = self.ring.back().cloned().unwrap_or_else(|| self.start.clone());
+        for (i, t) in self.triggers.iter().enumerate() {
+            let reason = match t.condition {
+                Condition::Wait { min_ns } => {
+                    let cands: Vec<ContentionEvent> = long.iter().filter(|e| e.wait_ns >= min_ns).copied().collect();
+                    if cands.is_empty() {
+                        continue;
+                    }
+                    // The window of the last interval, with the candidates
+                    // as its slowest waits: their locks named.
+                    let w = windows.builder.window(&now.snap.since(&prev.snap, prev.mono_ns, &cands));
+                    w.slowest
+                        .iter()
+                        .filter(|s| s.wait_ns >= min_ns && t.filter.process_ok(s.tgid, Some(&s.comm)))
+                        .filter(|s| {
+                            let cgroup = cands
+                                .iter()
+                                .find(|e| e.tid == s.tid && e.end_ns == s.end_monotonic_ns)
+                                .map_or(0, |e| e.cgroup_id);
+                            let lock_ok = lock_of(&w, s).is_some_and(|l| t.filter.lock_ok(l));
+                            lock_ok && cgroup_ok(&t.filter, &w, cgroup)
+                        })
+                        .max_by_key(|s| s.wait_ns)
+                        .map(|s| format!("a wait of {} on {} by {}[{}]", fmt_ns(s.wait_ns), s.lock, s.comm, s.tid))
+                }
+                Condition::Quantile { q, min_ns, over } => {
+                    let base = self.base_at(now.at.checked_sub(over));
+                    let (w, secs) = windows.get(over, &base, now);
+                    w.locks
+                        .iter()
+                        .filter(|l| t.filter.lock_ok(l))
+                        .map(|l| (l, l.wait.quantile_ns(q)))
+                        .filter(|(_, v)| *v >= min_ns)
+                        .max_by_key(|(_, v)| *v)
+                        .map(|(l, v)| {
+                            format!(
+                                "p{} of {} over {secs:.1} s is {} ({} waits)",
+                                q * 100.0,
+                                l.process_name(),
+                                fmt_ns(v),
+                                l.wait.count()
+                            )
+                        })
+                }
+                Condition::Rate { min_per_s, over } => {
+                    let base = self.base_at(now.at.checked_sub(over));
+                    let (w, secs) = windows.get(over, &base, now);
+                    if secs < 0.5 {
+                        continue;
+                    }
+                    let mut total = 0u64;
+                    let mut busiest: Option<(&LockProfile, u64)> = None;
+                    for l in w.locks.iter().filter(|l| t.filter.lock_ok(l)) {
+                        let n = match t.filter.cgroup {
+                            None => l.wait.count(),
+                            Some(_) => l
+                                .callers
+                                .iter()
+                                .flat_map(|c| &c.cgroups)
+                                .filter(|s| cgroup_ok(&t.filter, &w, s.id))
+                                .map(|s| s.count)
+                                .sum(),
+                        };
+                        total += n;
+                        if busiest.is_none_or(|(_, b)| n > b) {
+                            busiest = Some((l, n));
+                        }
+                    }
+                    let rate = total as f64 / secs;
+                    (rate >= min_per_s && total > 0).then(|| {
+                        let top = busiest.map(|(l, _)| l.process_name()).unwrap_or_default();
+                        format!("{rate:.0} contentions/s over {secs:.1} s (most on {top})")
+                    })
+                }
+            };
+            if let Some(r) = reason {
+                return Some((i, r));
+            }
+        }
+        None
+    }
+
+    /// Writes the window of the pending incident, ending at `end`.
+    fn capture(&mut self, end: &Slot, builder: &mut dyn WindowBuilder) {
+        let Some(p) = self.pending.take() else { return };
+        let long: Vec<ContentionEvent> = end.snap.recent.iter().copied().collect();
+        let window = end.snap.since(&p.base.snap, p.base.mono_ns, &long);
+        let mut profile = builder.window(&window);
+        profile.meta.duration_s = end.at.saturating_duration_since(p.base.at).as_secs_f64();
+        profile.meta.started_unix_s = p.base.unix_ms / 1000;
+        if profile.meta.yield_backend.take().is_some() {
+            profile.meta.yield_unavailable = Some("not kept in incident windows".into());
+        }
+        profile.yield_to = None;
+        let mut system = p.system;
+        system.top_tasks = p.cpu.busiest(&CpuSample::take(), system::TOP_TASKS);
+        let trigger = &self.triggers[p.trigger];
+        let id = self.unique_id(&format!("incident-{}-{}", clock::utc_stamp(p.fired.unix_ms), trigger.slug()));
+        profile.incident = Some(IncidentInfo {
+            id: id.clone(),
+            trigger: trigger.to_string(),
+            reason: p.reason.clone(),
+            fired_unix_ms: p.fired.unix_ms,
+            window_start_unix_ms: p.base.unix_ms,
+            window_end_unix_ms: end.unix_ms,
+            system: Some(system),
+        });
+        match self.store.write(&id, &profile, end.at) {
+            Ok(path) => {
+                let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+                log::info!("incident written to {}", path.display());
+                self.log.written.push(Written {
+                    id,
+                    path,
+                    trigger: trigger.to_string(),
+                    reason: p.reason,
+                    fired_unix_ms: p.fired.unix_ms,
+                    bytes,
+                });
+                if let Some(f) = self.log.fired.get_mut(p.trigger) {
+                    f.1 += 1;
+                }
+                self.log.last = Some(Arc::new(profile));
+            }
+            Err(e @ StoreError::Write(_)) | Err(e @ StoreError::Dir(..)) => {
+                self.log.failed += 1;
+                log::warn!("{e}");
+            }
+        }
+    }
+
+    /// `id`, or `id-2`, `id-3`... when taken.
+    fn unique_id(&self, id: &str) -> String {
+        (1..)
+            .map(|n| if n == 1 { id.to_string() } else { format!("{id}-{n}") })
+            .find(|c| self.store.path_of(c).is_none())
+            .unwrap_or_else(|| id.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests;
