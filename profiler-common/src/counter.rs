@@ -76,8 +76,12 @@ pub const FUTEX_INTERRUPTED: u32 = 27;
 pub const FUTEX_FAILED: u32 = 28;
 /// The futex wait map had no room: that wait is not measured.
 pub const FUTEX_MAP_FULL: u32 = 29;
+/// A wait whose stack was skipped at its begin (the budget spent) had it
+/// taken later: a mutex wait when it went to sleep, a long wait (at least
+/// `--outlier-us`) at its end.
+pub const STACKS_LATE: u32 = 30;
 /// Number of counters.
-pub const COUNT: u32 = 30;
+pub const COUNT: u32 = 31;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -111,6 +115,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "futex_interrupted",
     "futex_failed",
     "futex_map_full",
+    "stacks_late",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what

@@ -93,7 +93,7 @@ fn address_space_owner(cfg: &Config, tgid: u32) -> u32 {
 /// there is none. A stack stored for the first time is announced to
 /// userspace, which reads the process's mappings while it is alive.
 #[inline(always)]
-fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
+pub(crate) fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
     if tgid == 0 {
         return USER_STACK_NONE;
     }
@@ -136,7 +136,7 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
 
 /// Walks the kernel stack and stores it; its id, or why there is none.
 #[inline(always)]
-fn capture<C: StackIdContext>(ctx: &C) -> StackId {
+pub(crate) fn capture<C: StackIdContext>(ctx: &C) -> StackId {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
         return failed(ctx, counter::STACK_FAILED, "stack scratch lookup", -7);
     };

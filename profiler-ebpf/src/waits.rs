@@ -21,7 +21,7 @@ use crate::{
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
     owners::{note_acquired, note_holder, owner_comm, owner_of},
     ringbuf,
-    stack::stack_for,
+    stack::{self, stack_for},
 };
 
 /// Starts (or merges into) a wait in `slot`; returns true if the caller
@@ -154,6 +154,12 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
                 count(counter::REPEATED_BEGIN);
                 slot.flags |= flags;
                 slot.owner = owner_of(&cfg, lock_addr, flags);
+                if slot.stack_id == STACK_SKIPPED {
+                    // It sleeps: a wait that matters, and few do. Its stack
+                    // now, whatever the budget says.
+                    count(counter::STACKS_LATE);
+                    slot.stack_id = stack::capture(ctx);
+                }
                 let r = match entry {
                     Some(entry) if entry.lock_addr == 0 => {
                         *entry = *slot;
@@ -261,12 +267,36 @@ fn unmatched_end() {
 
 /// A wait ends (`contention_end`).
 #[inline(always)]
-pub fn on_end<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
+pub fn on_end<C: StackIdContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     let ids = Ids::current();
-    if let Some(pending) = take_pending(lock_addr, ids.tid, task_key(ids.tid, ids.cpu)) {
+    if let Some(mut pending) = take_pending(lock_addr, ids.tid, task_key(ids.tid, ids.cpu)) {
+        restack_long(ctx, &mut pending, ids.tgid);
         complete(ctx, &pending, ids);
     }
     Ok(0)
+}
+
+/// A long wait (at least `--outlier-us`) whose stack was skipped at its
+/// begin, the budget spent (a storm elsewhere spends it): its stack taken
+/// now, at its end, in the same slowpath. Long waits are few, and they are
+/// the ones the slowest-waits list and incident triggers show. (A mutex
+/// wait that went to sleep has its stack already: taken when it did.)
+#[inline(always)]
+fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait, tgid: u32) {
+    if p.stack_id != STACK_SKIPPED {
+        return;
+    }
+    let cfg = config();
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if cfg.outlier_ns == 0 || now.saturating_sub(p.begin_ns) < cfg.outlier_ns {
+        return;
+    }
+    count(counter::STACKS_LATE);
+    p.stack_id = stack::capture(ctx);
+    if p.user_stack_id == STACK_SKIPPED {
+        p.user_stack_id = stack::capture_user(ctx, &cfg, tgid);
+    }
 }
 
 /// A record of the wait (or hold) in `p`, ended at `now`.

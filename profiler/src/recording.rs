@@ -195,6 +195,7 @@ mod tests {
                 "futex_waits",
                 "map_ops_refused",
                 "stacks_evicted",
+                "stacks_late",
                 "stacks_read",
                 "stacks_stored",
                 "user_stack_failed",

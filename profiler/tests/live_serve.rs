@@ -6,9 +6,9 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::Mutex,
     thread,
     time::{Duration, Instant},
@@ -16,7 +16,11 @@ use std::{
 
 use prost::Message as _;
 
+#[path = "support/daemon.rs"]
+mod daemon;
 mod support;
+
+use daemon::{Daemon, Guard, free_port, get, lockprof, request};
 
 /// One daemon and one storm at a time on the machine's two CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -36,25 +40,6 @@ fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
     support::ready_unless(test, reason)
 }
 
-fn lockprof() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lockprof"))
-}
-
-/// A loopback port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
-/// A child killed (and reaped) when dropped.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn storm() -> Guard {
     let child = lockprof()
         .args(["stress", "pipe", "--threads", "4", "--duration", "600"])
@@ -63,91 +48,6 @@ fn storm() -> Guard {
         .expect("spawn stress");
     thread::sleep(Duration::from_millis(300));
     Guard(child)
-}
-
-/// A response: status and body.
-struct Response {
-    status: u16,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// One HTTP/1.0 request on loopback.
-fn request(port: u16, method: &str, path: &str) -> std::io::Result<Response> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))?;
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| std::io::Error::other("no header end"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok(Response { status, body: raw[split + 4..].to_vec() })
-}
-
-fn get(port: u16, path: &str) -> Response {
-    request(port, "GET", path).unwrap_or_else(|e| panic!("GET {path}: {e}"))
-}
-
-/// `lockprof serve` on a loopback port, stopped with SIGTERM when dropped.
-struct Daemon {
-    child: Option<Child>,
-    port: u16,
-}
-
-impl Daemon {
-    fn start(extra: &[&str]) -> Daemon {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let child = lockprof()
-            .args(["serve", "--listen", &listen])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockprof serve");
-        let mut d = Daemon { child: Some(child), port };
-        let start = Instant::now();
-        while !request(port, "GET", "/healthz").is_ok_and(|r| r.status == 200) {
-            if let Some(c) = d.child.as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                let mut err = String::new();
-                let _ = c.stderr.take().map(|mut e| e.read_to_string(&mut err));
-                panic!("lockprof serve exited ({status}): {err}");
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "lockprof serve did not come up on {listen}");
-            thread::sleep(Duration::from_millis(100));
-        }
-        d
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| c.id() as i32)
-    }
-
-    /// SIGTERM; the exit status and stderr.
-    fn stop(&mut self) -> (std::process::ExitStatus, String) {
-        let child = self.child.take().expect("running");
-        // SAFETY: kill(2) on a child we spawned and have not reaped.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-        let out = child.wait_with_output().expect("wait");
-        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// The value of the first sample of `name` whose line contains every needle.

@@ -12,44 +12,12 @@ use serde_json::Value;
 
 #[path = "support/recorder.rs"]
 mod recorder;
+#[path = "support/stall.rs"]
+mod stall;
 mod support;
 
 use recorder::Recorder;
-
-/// The stall asked for, in milliseconds.
-const STALL_MS: u64 = 200;
-
-/// The workload's stall line, as key/value pairs after `stall`.
-struct StallLine {
-    line: String,
-    waiter: u64,
-    holder: u64,
-    pid: u64,
-    wait_ns: u64,
-    at_ns: u64,
-}
-
-impl StallLine {
-    fn parse(out: &str) -> StallLine {
-        let line = out.lines().find(|l| l.starts_with("stall ")).unwrap_or_else(|| panic!("no stall line in {out}"));
-        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
-        let get = |key: &str| -> &str {
-            let i = words.iter().position(|w| *w == key).unwrap_or_else(|| panic!("no {key} in {line}"));
-            words.get(i + 1).unwrap_or_else(|| panic!("no value for {key} in {line}"))
-        };
-        let int = |key: &str| get(key).parse::<u64>().unwrap_or_else(|e| panic!("{key} in {line}: {e}"));
-        let wait_ms: f64 = get("wait_ms").parse().unwrap_or_else(|e| panic!("wait_ms in {line}: {e}"));
-        assert_eq!(int("stall_ms"), STALL_MS, "{line}");
-        StallLine {
-            line: line.to_string(),
-            waiter: int("waiter"),
-            holder: int("holder"),
-            pid: int("pid"),
-            wait_ns: (wait_ms * 1e6).round() as u64,
-            at_ns: int("at_monotonic_ns"),
-        }
-    }
-}
+use stall::{STALL_MS, StallLine};
 
 fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("no number {k} in {v}"))

@@ -128,6 +128,9 @@ pub struct Engine {
     start: Slot,
     ring: VecDeque<Slot>,
     seen_seq: u64,
+    /// Long waits not judged yet: their lock's figures (drained from the
+    /// kernel's maps each interval) may come an interval after the wait.
+    held: Vec<(ContentionEvent, Instant)>,
     pending: Option<Pending>,
     log: IncidentLog,
     publish: watch::Sender<Arc<IncidentLog>>,
@@ -156,6 +159,29 @@ fn cgroup_ok(filter: &Filter, p: &Profile, id: u64) -> bool {
                 path == want || path.starts_with(&format!("{want}/")) || path.ends_with(&format!("/{want}"))
             })
     })
+}
+
+/// How long a long wait may wait for its lock's figures before it is
+/// judged without them.
+const HOLD_FOR: Duration = Duration::from_secs(3);
+/// A window is captured at the first snapshot at most this much before its
+/// end (snapshots come once per interval, give or take the scheduler).
+const DUE_SLACK: Duration = Duration::from_millis(250);
+/// Long waits held at most (more: the oldest are counted as missed).
+const HELD_MAX: usize = 256;
+
+/// Whether slow wait `s` is the long wait `e`.
+fn same_wait(e: &ContentionEvent, s: &SlowWait) -> bool {
+    e.tid == s.tid && e.end_ns == s.end_monotonic_ns && e.lock_addr == s.addr
+}
+
+/// A filter judged on a wait whose lock has no row yet: its type, and an
+/// address given as `lock=0x...`; names cannot match.
+fn unnamed_lock_ok(filter: &Filter, s: &SlowWait) -> bool {
+    filter.lock_type.is_none_or(|t| t == s.lock_type)
+        && filter.lock.as_deref().is_none_or(|f| {
+            f.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok()).is_some_and(|a| a == s.addr)
+        })
 }
 
 /// The lock of a slow wait in `p`.
@@ -193,11 +219,12 @@ impl Engine {
             triggers: opts.triggers.clone(),
             before: opts.before,
             after: opts.after,
-            keep: opts.before.max(history) + Duration::from_secs(2),
+            keep: opts.before.max(history).max(HOLD_FOR) + Duration::from_secs(3),
             store,
             start: Slot::now(Arc::new(Snapshot::default())),
             ring: VecDeque::new(),
             seen_seq: 0,
+            held: Vec::new(),
             pending: None,
             log,
             publish,
@@ -214,12 +241,17 @@ impl Engine {
 
     fn observe_at(&mut self, now: Slot, builder: &mut dyn WindowBuilder) {
         let mut changed = false;
-        if self.pending.as_ref().is_some_and(|p| now.at >= p.due) {
+        if self.pending.as_ref().is_some_and(|p| now.at + DUE_SLACK >= p.due) {
             self.capture(&now, builder);
             changed = true;
         }
         let long = self.new_long_waits(&now.snap);
-        if let Some((trigger, reason)) = self.judge(&now, &long, builder) {
+        self.held.extend(long.into_iter().map(|e| (e, now.at)));
+        if self.held.len() > HELD_MAX {
+            self.log.missed_long_waits += (self.held.len() - HELD_MAX) as u64;
+            self.held.drain(..self.held.len() - HELD_MAX);
+        }
+        if let Some((trigger, reason, ended_ns)) = self.judge(&now, builder) {
             changed = true;
             if self.pending.is_some() {
                 self.log.merged += 1;
@@ -230,18 +262,27 @@ impl Engine {
                     self.triggers[trigger]
                 );
             } else {
-                let base = self.base_at(now.at.checked_sub(self.before));
+                // A long wait fired when it ended, not when it was judged.
+                let ago = Duration::from_nanos(ended_ns.map_or(0, |e| now.mono_ns.saturating_sub(e)));
+                let fired = Slot {
+                    at: now.at.checked_sub(ago).unwrap_or(now.at),
+                    mono_ns: now.mono_ns.saturating_sub(ago.as_nanos() as u64),
+                    unix_ms: now.unix_ms.saturating_sub(ago.as_millis() as u64),
+                    snap: now.snap.clone(),
+                };
+                let base = self.base_at(fired.at.checked_sub(self.before));
                 log::info!("incident trigger `{}` fired: {reason}", self.triggers[trigger]);
+                let due = fired.at + self.after;
                 self.pending = Some(Pending {
                     trigger,
                     reason,
-                    fired: now.clone(),
+                    fired,
                     base,
                     system: system::state_now(),
                     cpu: CpuSample::take(),
-                    due: now.at + self.after,
+                    due,
                 });
-                if self.after.is_zero() {
+                if now.at + DUE_SLACK >= due {
                     self.capture(&now, builder);
                 }
             }
@@ -287,38 +328,56 @@ impl Engine {
         self.ring.iter().rev().find(|s| s.at <= t).or(self.ring.front()).cloned().unwrap_or_else(|| self.start.clone())
     }
 
-    /// The first trigger that fires on `now`, and why.
-    fn judge(
-        &mut self,
-        now: &Slot,
-        long: &[ContentionEvent],
-        builder: &mut dyn WindowBuilder,
-    ) -> Option<(usize, String)> {
+    /// The first trigger that fires on `now`, why, and when the wait that
+    /// fired it ended (CLOCK_MONOTONIC; `wait>=` only).
+    fn judge(&mut self, now: &Slot, builder: &mut dyn WindowBuilder) -> Option<(usize, String, Option<u64>)> {
         let mut windows = Windows { built: Vec::new(), builder };
-        let prev = self.ring.back().cloned().unwrap_or_else(|| self.start.clone());
+        // The held long waits, as the slowest waits of the last seconds'
+        // window (their locks named there), and which can be judged now:
+        // those whose lock is in it, and those held long enough.
+        let held: Vec<ContentionEvent> = self.held.iter().map(|(e, _)| *e).collect();
+        let judged = if held.is_empty() {
+            None
+        } else {
+            let base = self.base_at(now.at.checked_sub(HOLD_FOR + Duration::from_secs(2)));
+            let w = windows.builder.window(&now.snap.since(&base.snap, base.mono_ns, &held));
+            let ready: Vec<bool> = self
+                .held
+                .iter()
+                .map(|(e, at)| {
+                    now.at.saturating_duration_since(*at) >= HOLD_FOR
+                        || w.slowest.iter().any(|s| same_wait(e, s) && lock_of(&w, s).is_some())
+                })
+                .collect();
+            let mut keep = ready.iter().map(|r| !r);
+            self.held.retain(|_| keep.next().unwrap_or(false));
+            Some((w, held, ready))
+        };
         for (i, t) in self.triggers.iter().enumerate() {
+            let mut ended = None;
             let reason = match t.condition {
                 Condition::Wait { min_ns } => {
-                    let cands: Vec<ContentionEvent> = long.iter().filter(|e| e.wait_ns >= min_ns).copied().collect();
-                    if cands.is_empty() {
-                        continue;
-                    }
-                    // The window of the last interval, with the candidates
-                    // as its slowest waits: their locks named.
-                    let w = windows.builder.window(&now.snap.since(&prev.snap, prev.mono_ns, &cands));
+                    let Some((w, held, ready)) = &judged else { continue };
+                    // The process term is the waiting task's here, not the lock's.
+                    let lock_filter = Filter { process: None, ..t.filter.clone() };
                     w.slowest
                         .iter()
                         .filter(|s| s.wait_ns >= min_ns && t.filter.process_ok(s.tgid, Some(&s.comm)))
                         .filter(|s| {
-                            let cgroup = cands
-                                .iter()
-                                .find(|e| e.tid == s.tid && e.end_ns == s.end_monotonic_ns)
-                                .map_or(0, |e| e.cgroup_id);
-                            let lock_ok = lock_of(&w, s).is_some_and(|l| t.filter.lock_ok(l));
-                            lock_ok && cgroup_ok(&t.filter, &w, cgroup)
+                            let Some(at) = held.iter().position(|e| same_wait(e, s)).filter(|&k| ready[k]) else {
+                                return false;
+                            };
+                            let lock_ok = match lock_of(w, s) {
+                                Some(l) => lock_filter.lock_ok(l),
+                                None => unnamed_lock_ok(&lock_filter, s),
+                            };
+                            lock_ok && cgroup_ok(&t.filter, w, held[at].cgroup_id)
                         })
                         .max_by_key(|s| s.wait_ns)
-                        .map(|s| format!("a wait of {} on {} by {}[{}]", fmt_ns(s.wait_ns), s.lock, s.comm, s.tid))
+                        .map(|s| {
+                            ended = Some(s.end_monotonic_ns);
+                            format!("a wait of {} on {} by {}[{}]", fmt_ns(s.wait_ns), s.lock, s.comm, s.tid)
+                        })
                 }
                 Condition::Quantile { q, min_ns, over } => {
                     let base = self.base_at(now.at.checked_sub(over));
@@ -371,7 +430,7 @@ impl Engine {
                 }
             };
             if let Some(r) = reason {
-                return Some((i, r));
+                return Some((i, r, ended));
             }
         }
         None

@@ -152,6 +152,9 @@ pub struct Bookkeeping {
     pub stack_reused: u64,
     /// Stack budget spent and nothing to reuse: the wait has no stack.
     pub stack_skipped: u64,
+    /// Of those, waits whose stack was taken later: a mutex wait when it
+    /// went to sleep, a long wait (at least `--outlier-us`) at its end.
+    pub stacks_late: u64,
     /// Aggregate mode: a key did not fit in the aggregate map; the wait was streamed instead.
     pub agg_map_full: u64,
     /// Aggregate mode: long waits also streamed for the slowest-waits list.
@@ -209,12 +212,13 @@ pub struct Bookkeeping {
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 29] = [
+    pub const LIST: [Field<Bookkeeping>; 30] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
         field!(kernel(counter::STACK_REUSED), stack_reused),
         field!(kernel(counter::STACK_SKIPPED), stack_skipped),
+        field!(kernel(counter::STACKS_LATE), stacks_late),
         field!(kernel(counter::AGG_FULL), agg_map_full),
         field!(kernel(counter::OUTLIERS), outliers),
         field!(kernel(counter::HOLDS), holds),

@@ -4,6 +4,9 @@
 //! prints its report) or killed when dropped. Included by the test files
 //! that use it with `#[path = "support/recorder.rs"] mod recorder;`.
 
+// Each file that includes this uses part of it.
+#![allow(dead_code)]
+
 use std::{
     io::{BufRead as _, BufReader, Read as _},
     process::{Child, Command, Stdio},
@@ -63,6 +66,18 @@ impl Recorder {
         let err = self.stderr.take().expect("stderr").join().expect("stderr reader");
         assert!(status.success(), "lockprof record exited {status}: {err}");
         out
+    }
+}
+
+impl Recorder {
+    /// Waits for it to exit by itself (`--duration`, a trigger's incident):
+    /// its report (stdout) and stderr, after checking it exited cleanly.
+    pub fn wait(mut self) -> (Vec<u8>, String) {
+        let status = self.child.take().expect("running").wait().expect("wait");
+        let out = self.stdout.take().expect("stdout").join().expect("stdout reader");
+        let err = self.stderr.take().expect("stderr").join().expect("stderr reader");
+        assert!(status.success(), "lockprof record exited {status}: {err}");
+        (out, err)
     }
 }
 

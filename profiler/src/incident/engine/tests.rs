@@ -28,11 +28,15 @@ const SEC: u64 = 1_000_000_000;
 const UNIX0_MS: u64 = 1_796_166_902_000;
 
 fn wait(addr: u64, ns: u64, tid: u32, end_s: u64) -> ContentionEvent {
+    let mut comm = [0u8; 16];
+    let name = format!("task{tid}");
+    comm[..name.len()].copy_from_slice(name.as_bytes());
     ContentionEvent {
+        comm,
         kind: EVENT_CONTENTION,
         lock_addr: addr,
         wait_ns: ns,
-        end_ns: end_s * SEC - 1,
+        end_ns: end_s * SEC,
         tid,
         tgid: tid,
         flags: lcb::MUTEX,
@@ -156,9 +160,15 @@ fn fires_during_a_capture_merge_and_the_hourly_limit_holds() {
 
 #[test]
 fn filters_choose_the_lock_and_rates_and_percentiles_fire() {
-    let mut r = Run::new("filters", &["lock=0x300,wait>=10ms", "contentions>=5/s", "p99(0x500)>=1ms/2s"], 1, 0, 6);
-    r.second(1, &[wait(0x200, 50_000_000, 1, 1)]);
-    assert_eq!(r.log().written.len(), 0, "another lock's wait");
+    let mut r = Run::new(
+        "filters",
+        &["lock=0x300,process=task1,wait>=10ms", "contentions>=5/s", "p99(0x500)>=1ms/2s"],
+        1,
+        0,
+        6,
+    );
+    r.second(1, &[wait(0x200, 50_000_000, 1, 1), wait(0x300, 50_000_000, 2, 1)]);
+    assert_eq!(r.log().written.len(), 0, "another lock's wait, another task's");
     r.second(2, &[wait(0x300, 50_000_000, 1, 2)]);
     assert_eq!(r.log().fired[0].1, 1, "its own lock's wait");
     let burst: Vec<ContentionEvent> = (0..12).map(|i| wait(0x400, 1_000, 10 + i, 3)).collect();
