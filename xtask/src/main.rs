@@ -76,6 +76,10 @@ enum Cmd {
         /// BENCHMARKS.md, the rest untouched.
         #[arg(long, conflicts_with_all = ["rotation_only", "costs_only", "soak"])]
         futex_only: bool,
+        /// Only the incident triggers' cost (the pipe storm with triggers armed that do not fire,
+        /// the incident ring's memory at 100k keys): replaces its section of BENCHMARKS.md.
+        #[arg(long, conflicts_with_all = ["rotation_only", "costs_only", "soak", "futex_only"])]
+        incidents_only: bool,
     },
     /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
@@ -167,6 +171,7 @@ fn main() -> Result<()> {
             costs_only,
             soak,
             futex_only,
+            incidents_only,
         } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
@@ -195,6 +200,7 @@ fn main() -> Result<()> {
                 costs_only,
                 soak_only: soak,
                 futex_only,
+                incidents_only,
             })
         }
     }

@@ -50,6 +50,20 @@ enum Cmd {
         #[arg(long, default_value_t = lockprof::session::defaults::MAX_CALLERS)]
         max_callers: usize,
     },
+    /// The incident ring at N distinct (lock, stack) keys (no root): its
+    /// memory with `churn` percent of the keys growing each second, at the
+    /// default --before and ring budget.
+    IncidentRing {
+        /// Distinct (lock, stack) keys.
+        #[arg(long, default_value_t = 100_000)]
+        keys: usize,
+        /// Percent of the keys that grow each second.
+        #[arg(long, default_value_t = 10.0)]
+        churn: f64,
+        /// Seconds (snapshots) fed.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// Time load + attach of the default wait backend.
     Attach {
         /// Repetitions.
@@ -216,6 +230,64 @@ fn serve_memory(keys: usize, stacks: usize, per_key: usize, max_callers: usize) 
     })
 }
 
+fn incident_ring(keys: usize, churn: f64, seconds: u64) -> serde_json::Value {
+    use std::sync::Arc;
+
+    use lockprof::incident::{
+        IncidentOptions,
+        engine::ring_shape,
+        ring::{BUDGET_BYTES, Ring, Slot},
+    };
+    let limits = Limits { max_callers: keys + 10, max_locks: 10_000, ..Limits::default() };
+    let mut agg = Aggregator::new(limits);
+    let ev = |k: usize, round: u64| ContentionEvent {
+        kind: EVENT_CONTENTION,
+        lock_addr: 0xffff_8880_0000_0000 + ((k % 1000) as u64) * 64,
+        wait_ns: 200 + ((k as u64 * 31 + round * 7) * 7_919) % 2_000_000,
+        tid: 1000 + (k % 256) as u32,
+        tgid: 1000,
+        flags: lcb::MUTEX,
+        stack_id: k as u64,
+        user_stack_id: profiler_common::USER_STACK_OFF,
+        comm: *b"bench\0\0\0\0\0\0\0\0\0\0\0",
+        owner: Owner::default(),
+        ..ContentionEvent::default()
+    };
+    for k in 0..keys {
+        agg.ingest(&ev(k, 0));
+    }
+    let opts =
+        IncidentOptions { triggers: vec!["wait>=10s".parse().expect("a trigger")], ..IncidentOptions::default() };
+    let (keep, dense, step) = ring_shape(&opts);
+    let mut ring = Ring::new(BUDGET_BYTES);
+    let rss_start = rss_kib();
+    let t0 = Instant::now();
+    let per_s = ((keys as f64 * churn / 100.0) as usize).min(keys);
+    let mut push_max = Duration::ZERO;
+    for s in 0..seconds {
+        for i in 0..per_s {
+            agg.ingest(&ev((s as usize * per_s + i) % keys, s + 1));
+        }
+        agg.age();
+        let slot = Slot { at: t0 + Duration::from_secs(s), mono_ns: s, unix_ms: s, snap: Arc::new(agg.snapshot()) };
+        let t = Instant::now();
+        ring.push(slot, keep, dense, step);
+        push_max = push_max.max(t.elapsed());
+    }
+    let rss = rss_kib();
+    json!({
+        "keys": keys,
+        "churn_pct": churn,
+        "seconds": seconds,
+        "slots": ring.len(),
+        "ring_bytes_estimated": ring.bytes(),
+        "budget_bytes": BUDGET_BYTES,
+        "slots_dropped": ring.dropped,
+        "rss_growth_kib": rss.saturating_sub(rss_start),
+        "push_ms_max": push_max.as_secs_f64() * 1e3,
+    })
+}
+
 fn attach(rounds: usize) -> anyhow::Result<serde_json::Value> {
     let mut times = Vec::new();
     for _ in 0..rounds.max(1) {
@@ -247,6 +319,7 @@ fn main() -> anyhow::Result<()> {
     let out = match Cli::parse().cmd {
         Cmd::Pipeline { events, stacks, locks } => pipeline(events, stacks, locks),
         Cmd::ServeMemory { keys, stacks, per_key, max_callers } => serve_memory(keys, stacks, per_key, max_callers),
+        Cmd::IncidentRing { keys, churn, seconds } => incident_ring(keys, churn, seconds),
         Cmd::Attach { rounds } => attach(rounds)?,
         Cmd::ProgNames => {
             let names: serde_json::Map<String, serde_json::Value> = aya::programs::loaded_programs()

@@ -14,7 +14,6 @@
 //! `over` seconds, every snapshot.
 
 use std::{
-    collections::VecDeque,
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -25,31 +24,16 @@ use tokio::sync::watch;
 
 use super::{
     options::IncidentOptions,
+    ring::{self, Ring, Slot},
     store::{Store, StoreError},
     system::{self, CpuSample},
     trigger::{Condition, Filter, Trigger},
 };
 use crate::{
-    clock,
     model::{IncidentInfo, LockProfile, Profile, SlowWait, SystemState},
     pipeline::Snapshot,
     report::fmt_ns,
 };
-
-/// One snapshot and when it was taken.
-#[derive(Clone)]
-struct Slot {
-    at: Instant,
-    mono_ns: u64,
-    unix_ms: u64,
-    snap: Arc<Snapshot>,
-}
-
-impl Slot {
-    fn now(snap: Arc<Snapshot>) -> Slot {
-        Slot { at: Instant::now(), mono_ns: clock::monotonic_ns(), unix_ms: clock::unix_ms(), snap }
-    }
-}
 
 /// A fired trigger whose window is still open.
 struct Pending {
@@ -104,12 +88,28 @@ pub struct IncidentLog {
     pub failed: u64,
     /// Long waits the engine fell too far behind to judge.
     pub missed_long_waits: u64,
+    /// Snapshots the ring holds.
+    pub ring_slots: usize,
+    /// Estimated bytes the ring holds beyond the aggregator's rows.
+    pub ring_bytes: usize,
+    /// Ring slots dropped for its memory budget (windows then start later).
+    pub ring_dropped: u64,
 }
 
 /// Builds the profile of a window snapshot (the session's builder).
 pub trait WindowBuilder {
     /// The profile of `snap`, a [`Snapshot::since`] window.
     fn window(&mut self, snap: &Snapshot) -> Profile;
+}
+
+/// How the engine spaces its ring: every snapshot of the last `dense`
+/// (what the triggers read), one every `step` back to `keep`.
+pub fn ring_shape(opts: &IncidentOptions) -> (Duration, Duration, Duration) {
+    let history = opts.triggers.iter().map(Trigger::history).max().unwrap_or_default();
+    let dense = history.max(HOLD_FOR) + Duration::from_secs(3);
+    let step = (opts.before / 8).max(Duration::from_secs(1));
+    let keep = (opts.before + step).max(dense) + Duration::from_secs(2);
+    (keep, dense, step)
 }
 
 /// Windows built in one round of judging, by their length.
@@ -124,9 +124,11 @@ pub struct Engine {
     before: Duration,
     after: Duration,
     keep: Duration,
+    dense: Duration,
+    step: Duration,
     store: Store,
     start: Slot,
-    ring: VecDeque<Slot>,
+    ring: Ring,
     seen_seq: u64,
     /// Long waits not judged yet: their lock's figures (drained from the
     /// kernel's maps each interval) may come an interval after the wait.
@@ -214,15 +216,19 @@ impl Engine {
             ..IncidentLog::default()
         };
         let (publish, rx) = watch::channel(Arc::new(log.clone()));
-        let history = opts.triggers.iter().map(Trigger::history).max().unwrap_or_default();
+        // Every second of what the triggers read; one every `step` back to
+        // `--before` (and one more step: a window starts at or before it).
+        let (keep, dense, step) = ring_shape(opts);
         let engine = Engine {
             triggers: opts.triggers.clone(),
             before: opts.before,
             after: opts.after,
-            keep: opts.before.max(history).max(HOLD_FOR) + Duration::from_secs(3),
+            keep,
+            dense,
+            step,
             store,
             start: Slot::now(Arc::new(Snapshot::default())),
-            ring: VecDeque::new(),
+            ring: Ring::new(ring::BUDGET_BYTES),
             seen_seq: 0,
             held: Vec::new(),
             pending: None,
@@ -287,12 +293,13 @@ impl Engine {
                 }
             }
         }
-        let at = now.at;
-        self.ring.push_back(now);
-        while self.ring.front().is_some_and(|s| at.saturating_duration_since(s.at) > self.keep) {
-            self.ring.pop_front();
-        }
-        if changed || self.log.capturing != self.pending.is_some() {
+        self.ring.push(now, self.keep, self.dense, self.step);
+        let ring = (self.ring.len(), self.ring.bytes(), self.ring.dropped);
+        if changed
+            || self.log.capturing != self.pending.is_some()
+            || (self.log.ring_slots, self.log.ring_bytes, self.log.ring_dropped) != ring
+        {
+            (self.log.ring_slots, self.log.ring_bytes, self.log.ring_dropped) = ring;
             self.log.capturing = self.pending.is_some();
             self.log.deleted = self.store.deleted;
             self.publish.send_replace(Arc::new(self.log.clone()));
@@ -325,7 +332,7 @@ impl Engine {
     /// `--before`), else the oldest kept.
     fn base_at(&self, t: Option<Instant>) -> Slot {
         let Some(t) = t.filter(|&t| t > self.start.at) else { return self.start.clone() };
-        self.ring.iter().rev().find(|s| s.at <= t).or(self.ring.front()).cloned().unwrap_or_else(|| self.start.clone())
+        self.ring.at_or_before(t).cloned().unwrap_or_else(|| self.start.clone())
     }
 
     /// The first trigger that fires on `now`, why, and when the wait that
@@ -451,7 +458,7 @@ impl Engine {
         let mut system = p.system;
         system.top_tasks = p.cpu.busiest(&CpuSample::take(), system::TOP_TASKS);
         let trigger = &self.triggers[p.trigger];
-        let id = self.unique_id(&format!("incident-{}-{}", clock::utc_stamp(p.fired.unix_ms), trigger.slug()));
+        let id = self.unique_id(&format!("incident-{}-{}", crate::clock::utc_stamp(p.fired.unix_ms), trigger.slug()));
         profile.incident = Some(IncidentInfo {
             id: id.clone(),
             trigger: trigger.to_string(),

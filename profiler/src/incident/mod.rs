@@ -11,6 +11,7 @@
 
 pub mod engine;
 pub mod options;
+pub mod ring;
 pub mod store;
 pub mod system;
 pub mod trigger;

@@ -329,6 +329,7 @@ impl Exporter {
                 ("deleted", log.deleted),
                 ("write_failed", log.failed),
                 ("long_waits_missed", log.missed_long_waits),
+                ("ring_slots_dropped", log.ring_dropped),
             ]
             .iter()
             .map(|(e, n)| Kind::Count.metric(&[("event", e.to_string())], &count_only(*n)))
@@ -337,9 +338,16 @@ impl Exporter {
                 "lockprof_incident_events_total",
                 "What the incident limits did: fires beyond --max-incidents-per-hour (rate_limited), fires during \
                  a capture (merged into it), incidents deleted for --incident-dir-max-mb, incidents not written, \
-                 long waits the triggers fell too far behind to judge.",
+                 long waits the triggers fell too far behind to judge, snapshots the ring dropped for its memory \
+                 budget.",
                 MetricType::COUNTER,
                 events,
+            ));
+            families.push(family(
+                "lockprof_incident_ring_bytes",
+                "Estimated memory of the incident ring: the rows its snapshots hold that the session no longer does.",
+                MetricType::GAUGE,
+                vec![gauge(&[], log.ring_bytes as f64)],
             ));
         }
         families.push(family(

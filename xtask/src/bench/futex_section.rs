@@ -237,6 +237,7 @@ mod tests {
             costs_only: false,
             soak_only: false,
             futex_only: true,
+            incidents_only: false,
         }
     }
 

@@ -12,6 +12,7 @@ mod extras;
 mod futex_rows;
 mod futex_section;
 mod guest;
+mod incident_section;
 mod markdown;
 mod runs;
 mod soak;
@@ -50,6 +51,10 @@ pub struct Opts {
     /// bpftrace floor, the other workloads with and without `--futex`, and
     /// the futex programs' costs, replacing their section of BENCHMARKS.md.
     pub futex_only: bool,
+    /// Only the incident triggers' cost: the pipe storm with triggers armed
+    /// that do not fire, and the incident ring's memory; replaces (or adds)
+    /// its section of BENCHMARKS.md.
+    pub incidents_only: bool,
 }
 
 /// The user-space lock workloads: rotated against the bpftrace futex
@@ -175,6 +180,9 @@ pub fn run(o: &Opts) -> Result<()> {
     if o.futex_only {
         return futex_only(o);
     }
+    if o.incidents_only {
+        return incidents_only(o);
+    }
     let facts = markdown::machine_facts();
     eprintln!("bench: {facts}");
     let mut results = Vec::new();
@@ -252,6 +260,36 @@ fn futex_only(o: &Opts) -> Result<()> {
     let md = futex_section::put(&doc, &section);
     std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("bench: rewrote the futex section in {}", path.display());
+    Ok(())
+}
+
+/// Armed triggers on the pipe storm (lockprof with and without them,
+/// untraced) and the incident ring's memory at 100k keys; replaces (or
+/// adds) their section of BENCHMARKS.md.
+fn incidents_only(o: &Opts) -> Result<()> {
+    let path = workspace_root().join("BENCHMARKS.md");
+    let doc = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let facts = markdown::machine_facts();
+    eprintln!("bench: {facts}");
+    let dir = std::env::temp_dir().join("lockprof-bench-incidents");
+    let mut args: Vec<String> = Vec::new();
+    for t in incident_section::TRIGGERS {
+        args.extend(["--trigger".to_string(), t.to_string()]);
+    }
+    args.extend(["--incident-dir".to_string(), dir.display().to_string()]);
+    let armed = Tracer::Lockprof { label: "lockprof, triggers armed".into(), args };
+    let tracers = [Tracer::Untraced, lp("lockprof", &[]), armed];
+    let w = bench_workload("pipe", &tracers, o)?;
+    let mut rings = Vec::new();
+    for churn in ["1", "10", "100"] {
+        rings.push(extras::bench_json(&["incident-ring", "--keys", "100000", "--churn", churn])?);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let section = incident_section::render(&facts, &w, &rings);
+    print!("{section}");
+    std::fs::write(&path, incident_section::put(&doc, &section))
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("bench: rewrote the incident section in {}", path.display());
     Ok(())
 }
 

@@ -51,6 +51,7 @@ pub async fn list(AxState(state): AxState<Shared>) -> Result<Response, HttpError
         "deleted": log.deleted,
         "write_failed": log.failed,
         "long_waits_missed": log.missed_long_waits,
+        "ring": {"slots": log.ring_slots, "bytes": log.ring_bytes, "dropped": log.ring_dropped},
     });
     let mut text = serde_json::to_string_pretty(&body).unwrap_or_default();
     text.push('\n');
