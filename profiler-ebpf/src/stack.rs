@@ -93,7 +93,7 @@ fn address_space_owner(cfg: &Config, tgid: u32) -> u32 {
 /// there is none. A stack stored for the first time is announced to
 /// userspace, which reads the process's mappings while it is alive.
 #[inline(always)]
-pub(crate) fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
+fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
     if tgid == 0 {
         return USER_STACK_NONE;
     }

@@ -10,8 +10,8 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
-    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT, STACK_SKIPPED, UNKNOWN_OFFSET,
-    USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
+    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
+    UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
 };
 
 use crate::{
@@ -157,8 +157,7 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
                 if slot.stack_id == STACK_SKIPPED {
                     // It sleeps: a wait that matters, and few do. Its stack
                     // now, whatever the budget says.
-                    count(counter::STACKS_LATE);
-                    slot.stack_id = stack::capture(ctx);
+                    slot.stack_id = late_stack(ctx);
                 }
                 let r = match entry {
                     Some(entry) if entry.lock_addr == 0 => {
@@ -270,7 +269,7 @@ fn unmatched_end() {
 pub fn on_end<C: StackIdContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     let ids = Ids::current();
     if let Some(mut pending) = take_pending(lock_addr, ids.tid, task_key(ids.tid, ids.cpu)) {
-        restack_long(ctx, &mut pending, ids.tgid);
+        restack_long(ctx, &mut pending);
         complete(ctx, &pending, ids);
     }
     Ok(0)
@@ -282,7 +281,7 @@ pub fn on_end<C: StackIdContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
 /// the ones the slowest-waits list and incident triggers show. (A mutex
 /// wait that went to sleep has its stack already: taken when it did.)
 #[inline(always)]
-fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait, tgid: u32) {
+fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait) {
     if p.stack_id != STACK_SKIPPED {
         return;
     }
@@ -292,11 +291,17 @@ fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait, tgid: u32) {
     if cfg.outlier_ns == 0 || now.saturating_sub(p.begin_ns) < cfg.outlier_ns {
         return;
     }
+    p.stack_id = late_stack(ctx);
+}
+
+/// A kernel stack taken outside the budget, counted. A function of its own
+/// (a BPF-to-BPF call): its stack walk and store do not add to the frames
+/// of the programs that call it, which kernels before 6.2 limit to 512
+/// bytes in all. (The user stack is not retaken: it keeps its reason.)
+#[inline(never)]
+fn late_stack<C: StackIdContext>(ctx: &C) -> StackId {
     count(counter::STACKS_LATE);
-    p.stack_id = stack::capture(ctx);
-    if p.user_stack_id == STACK_SKIPPED {
-        p.user_stack_id = stack::capture_user(ctx, &cfg, tgid);
-    }
+    stack::capture(ctx)
 }
 
 /// A record of the wait (or hold) in `p`, ended at `now`.

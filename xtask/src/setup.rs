@@ -15,8 +15,15 @@ pub fn all() -> Result<()> {
     bpf_linker()?;
     tracefs();
     // tmux drives the TUI test; promtool and prometheus (Debian's
-    // prometheus) and go (golang-go, for `go tool pprof`) read lockprof serve.
-    apt_tools(&[("tmux", "tmux"), ("promtool", "prometheus"), ("prometheus", "prometheus"), ("go", "golang-go")])?;
+    // prometheus) and go (golang-go, for `go tool pprof`) read lockprof
+    // serve; curl reads its incidents.
+    apt_tools(&[
+        ("tmux", "tmux"),
+        ("promtool", "prometheus"),
+        ("prometheus", "prometheus"),
+        ("go", "golang-go"),
+        ("curl", "curl"),
+    ])?;
     Ok(())
 }
 

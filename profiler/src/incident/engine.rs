@@ -8,10 +8,11 @@
 //! changed in its second. A window's profile is the difference of two
 //! snapshots ([`Snapshot::since`]), built by the session's profile builder.
 //!
-//! Single long waits come from the kernel's outlier stream (every wait at
-//! least the smallest `wait>=` threshold, through `Snapshot::recent`), each
-//! judged once; rates and percentiles are judged on the window of the last
-//! `over` seconds, every snapshot.
+//! Single long waits come from the kernel's outlier stream (every wait of
+//! at least `--outlier-us`, lowered to the smallest `wait>=` threshold,
+//! through `Snapshot::recent`), each judged once; they are also a window's
+//! slowest waits. Rates and percentiles are judged on the window of the
+//! last `over` seconds, every snapshot.
 
 use std::{
     path::PathBuf,
@@ -252,7 +253,8 @@ impl Engine {
             changed = true;
         }
         let long = self.new_long_waits(&now.snap);
-        self.held.extend(long.into_iter().map(|e| (e, now.at)));
+        let min_wait = min_wait_ns(&self.triggers).unwrap_or(u64::MAX);
+        self.held.extend(long.into_iter().filter(|e| e.wait_ns >= min_wait).map(|e| (e, now.at)));
         if self.held.len() > HELD_MAX {
             self.log.missed_long_waits += (self.held.len() - HELD_MAX) as u64;
             self.held.drain(..self.held.len() - HELD_MAX);
@@ -263,10 +265,14 @@ impl Engine {
                 self.log.merged += 1;
             } else if !self.store.admit(now.at) {
                 self.log.rate_limited += 1;
-                log::warn!(
-                    "incident trigger `{}` fired ({reason}) beyond --max-incidents-per-hour",
-                    self.triggers[trigger]
-                );
+                // A condition that lasts fires every interval: said at 1, 2, 4, 8... fires.
+                if self.log.rate_limited.is_power_of_two() {
+                    log::warn!(
+                        "incident trigger `{}` fired ({reason}) beyond --max-incidents-per-hour ({} such fires)",
+                        self.triggers[trigger],
+                        self.log.rate_limited
+                    );
+                }
             } else {
                 // A long wait fired when it ended, not when it was judged.
                 let ago = Duration::from_nanos(ended_ns.map_or(0, |e| now.mono_ns.saturating_sub(e)));

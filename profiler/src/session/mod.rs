@@ -29,7 +29,7 @@ use self::housekeeping::Housekeeping;
 use crate::{
     cgroups::{CgroupFs, CgroupTree},
     ebpf::{KernelStacks, LoadError, Probes, features::kernel_release, recursion_misses},
-    incident::{Engine, IncidentLog, IncidentOptions, Store, WindowBuilder},
+    incident::{Engine, IncidentLog, Store, WindowBuilder},
     model::{Counters, Meta, Profile},
     pipeline::{
         Aggregator, Control, Msg, ProfileBuilder, Snapshot,
@@ -308,7 +308,15 @@ impl Prepared {
             }
             _ => (None, None),
         };
-        let recent_min_ns = opts.incidents.as_ref().and_then(IncidentOptions::min_wait_ns).unwrap_or(u64::MAX);
+        // With triggers, the latest long waits are kept: the ones that may
+        // fire a `wait>=` trigger, and a window's slowest waits.
+        let recent_min_ns = match &opts.incidents {
+            Some(i) => match (opts.load.config.outlier_ns, i.min_wait_ns()) {
+                (0, min) => min.unwrap_or(u64::MAX),
+                (o, min) => min.map_or(o, |m| m.min(o)),
+            },
+            None => u64::MAX,
+        };
         let aggregator = aggregator::spawn(
             Aggregator::new(opts.limits).with_recent(recent_min_ns),
             opts.channel_batches,

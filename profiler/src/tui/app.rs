@@ -586,4 +586,31 @@ mod tests {
         assert!(!app.help);
         assert_eq!(app.on_key(key(KeyCode::Esc)), Effect::Quit);
     }
+
+    #[test]
+    fn i_opens_the_latest_incident_frozen_and_goes_back_to_live() {
+        let mut app = App::new();
+        app.apply(Action::Incident);
+        assert_eq!(app.status(), Some("no incident triggers: start top with --trigger"));
+        app.on_incidents(Arc::new(IncidentLog::default()));
+        app.apply(Action::Incident);
+        assert_eq!(app.status(), Some("no incident yet"));
+        let live = fixture::profile();
+        app.on_profile(Arc::new(live.clone()), 1.0);
+        let mut incident = fixture::profile();
+        incident.locks.truncate(1);
+        incident.incident = Some(crate::model::IncidentInfo { id: "incident-x".into(), ..Default::default() });
+        app.on_incidents(Arc::new(IncidentLog { last: Some(Arc::new(incident)), ..IncidentLog::default() }));
+        app.apply(Action::Incident);
+        assert_eq!(app.showing_incident(), Some("incident-x"));
+        assert_eq!(app.profile.locks.len(), 1);
+        // Live profiles keep coming while it is shown; `p` does not unfreeze it.
+        app.on_profile(Arc::new(live.clone()), 2.0);
+        app.apply(Action::Pause);
+        assert_eq!(app.showing_incident(), Some("incident-x"));
+        app.apply(Action::Incident);
+        assert_eq!(app.showing_incident(), None);
+        assert!(!app.paused);
+        assert_eq!(app.profile.locks.len(), live.locks.len());
+    }
 }
