@@ -76,9 +76,8 @@ pub const FUTEX_INTERRUPTED: u32 = 27;
 pub const FUTEX_FAILED: u32 = 28;
 /// The futex wait map had no room: that wait is not measured.
 pub const FUTEX_MAP_FULL: u32 = 29;
-/// A wait whose stack was skipped at its begin (the budget spent) had it
-/// taken later: a mutex wait when it went to sleep, a long wait (at least
-/// `--outlier-us`) at its end.
+/// A long wait (at least `--outlier-us`) whose stack was skipped at its
+/// begin (the budget spent): its kernel stack taken at its end instead.
 pub const STACKS_LATE: u32 = 30;
 /// Number of counters.
 pub const COUNT: u32 = 31;

@@ -154,11 +154,6 @@ pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
                 count(counter::REPEATED_BEGIN);
                 slot.flags |= flags;
                 slot.owner = owner_of(&cfg, lock_addr, flags);
-                if slot.stack_id == STACK_SKIPPED {
-                    // It sleeps: a wait that matters, and few do. Its stack
-                    // now, whatever the budget says.
-                    slot.stack_id = late_stack(ctx);
-                }
                 let r = match entry {
                     Some(entry) if entry.lock_addr == 0 => {
                         *entry = *slot;
@@ -278,8 +273,9 @@ pub fn on_end<C: StackIdContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
 /// A long wait (at least `--outlier-us`) whose stack was skipped at its
 /// begin, the budget spent (a storm elsewhere spends it): its stack taken
 /// now, at its end, in the same slowpath. Long waits are few, and they are
-/// the ones the slowest-waits list and incident triggers show. (A mutex
-/// wait that went to sleep has its stack already: taken when it did.)
+/// the ones the slowest-waits list and incident triggers show. (Not when a
+/// mutex wait goes to sleep, in `on_begin`: kernels before 6.2 refuse the
+/// begin programs' frames with one more call, 544 of 512 bytes on 6.1.)
 #[inline(always)]
 fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait) {
     if p.stack_id != STACK_SKIPPED {
@@ -295,9 +291,9 @@ fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait) {
 }
 
 /// A kernel stack taken outside the budget, counted. A function of its own
-/// (a BPF-to-BPF call): its stack walk and store do not add to the frames
-/// of the programs that call it, which kernels before 6.2 limit to 512
-/// bytes in all. (The user stack is not retaken: it keeps its reason.)
+/// (a BPF-to-BPF call), so that its walk and store do not grow the end
+/// program's own frame. (The user stack is not retaken: it keeps its
+/// reason.)
 #[inline(never)]
 fn late_stack<C: StackIdContext>(ctx: &C) -> StackId {
     count(counter::STACKS_LATE);

@@ -152,8 +152,8 @@ pub struct Bookkeeping {
     pub stack_reused: u64,
     /// Stack budget spent and nothing to reuse: the wait has no stack.
     pub stack_skipped: u64,
-    /// Of those, waits whose stack was taken later: a mutex wait when it
-    /// went to sleep, a long wait (at least `--outlier-us`) at its end.
+    /// Of those, long waits (at least `--outlier-us`) whose kernel stack was
+    /// taken at their end instead.
     pub stacks_late: u64,
     /// Aggregate mode: a key did not fit in the aggregate map; the wait was streamed instead.
     pub agg_map_full: u64,
