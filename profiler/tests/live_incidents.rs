@@ -71,21 +71,6 @@ fn json(port: u16, path: &str) -> Value {
     serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{path}: not JSON ({e})"))
 }
 
-/// `lockprof stress stall` with the stall `at` seconds in, for `secs`.
-fn stall(at: f64, secs: f64) -> StallLine {
-    let out = lockprof()
-        .args(["stress", "stall", "--stall-ms", &STALL_MS.to_string()])
-        .args(["--stall-at", &at.to_string(), "--duration", &secs.to_string()])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run lockprof stress stall");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stress stall exited {}: {text}", out.status);
-    let s = StallLine::parse(&text);
-    eprintln!("{}", s.line);
-    s
-}
-
 /// The incident list once `done` holds of it (a generous deadline: the
 /// incident is written `--after` seconds after the stall, once the kernel's
 /// figures for its lock are in).
@@ -160,7 +145,7 @@ fn serve_writes_one_incident_for_one_stall_reachable_over_http_and_by_report() {
     let dir = temp_dir("serve");
     let dir_s = dir.to_string_lossy().into_owned();
     let mut d = Daemon::start(&["--trigger", TRIGGER, "--before", "30s", "--after", "2s", "--incident-dir", &dir_s]);
-    let s = stall(3.0, 6.0);
+    let s = stall::run(3.0, 6.0);
     incidents_when(d.port, |v| v["incidents"].as_array().is_some_and(|a| !a.is_empty()));
     // The stall's process has exited; a few more intervals see nothing new.
     thread::sleep(Duration::from_secs(3));
@@ -222,11 +207,11 @@ fn the_hourly_limit_and_the_size_cap_hold_and_are_counted() {
         "--incident-dir",
         &dir_s,
     ]);
-    stall(0.5, 1.0);
+    stall::run(0.5, 1.0);
     incidents_when(d.port, |v| n(v, "deleted") == 1 && v["incidents"].as_array().is_some_and(|a| a.len() == 1));
     assert!(!old.exists(), "the old incident is deleted for the cap");
     assert!(dir.join("notes.txt").exists(), "other files are left alone");
-    stall(0.5, 1.0);
+    stall::run(0.5, 1.0);
     let list = incidents_when(d.port, |v| n(v, "rate_limited") == 1);
     assert_eq!(list["incidents"].as_array().map(Vec::len), Some(1), "one per hour: {list}");
     let (_, metrics) = curl(d.port, "/metrics");
@@ -258,7 +243,7 @@ fn record_stops_at_its_incident_and_reports_it_and_bad_triggers_are_one_line() {
     let dir_s = dir.to_string_lossy().into_owned();
     let args = ["--trigger", TRIGGER, "--after", "1s", "--duration", "120", "--format", "json"];
     let rec = Recorder::start(&[&args[..], &["--incident-dir", &dir_s]].concat());
-    let s = stall(2.0, 4.0);
+    let s = stall::run(2.0, 4.0);
     let (report, stderr) = rec.wait();
     assert!(stderr.contains("lockprof: incident "), "{stderr}");
     let v: Value = serde_json::from_slice(&report).expect("a JSON report");

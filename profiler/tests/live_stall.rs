@@ -6,8 +6,6 @@
 //! acquire stack (through splice). Skips, saying why, without root or
 //! the lock tracepoints; with `CI=true` that is a failure.
 
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
 
 #[path = "support/recorder.rs"]
@@ -17,7 +15,7 @@ mod stall;
 mod support;
 
 use recorder::Recorder;
-use stall::{STALL_MS, StallLine};
+use stall::STALL_MS;
 
 fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("no number {k} in {v}"))
@@ -40,18 +38,10 @@ fn stall_is_the_slowest_wait_and_blames_the_holder() {
     // machine (a parallel `stress pipe`) spends, and the stall's waiter and
     // holder then got no stack (seen: an empty `stack` on the 200 ms wait).
     let rec = Recorder::start(&["--outlier-us", "50000", "--stack-rate", "0", "--type", "mutex", "--format", "json"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_lockprof"))
-        .args(["stress", "stall", "--stall-ms", &STALL_MS.to_string(), "--stall-at", "1", "--duration", "2"])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run lockprof stress stall");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stress stall exited {}: {text}", out.status);
-    let s = StallLine::parse(&text);
+    let s = stall::run(1.0, 2.0);
     let report = rec.stop();
     let v: Value = serde_json::from_slice(&report)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&report)));
-    eprintln!("{}", s.line);
 
     // The waiter's wait, as long as the workload measured it (its measure
     // is an upper bound: from before the write to after it).

@@ -6,6 +6,24 @@
 // Each file that includes this uses part of it.
 #![allow(dead_code)]
 
+use std::process::{Command, Stdio};
+
+/// `lockprof stress stall` with the stall `at` seconds in, for `secs`
+/// seconds: its stall line (printed too, for the test's log).
+pub fn run(at: f64, secs: f64) -> StallLine {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprof"))
+        .args(["stress", "stall", "--stall-ms", &STALL_MS.to_string()])
+        .args(["--stall-at", &at.to_string(), "--duration", &secs.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run lockprof stress stall");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "stress stall exited {}: {text}", out.status);
+    let s = StallLine::parse(&text);
+    eprintln!("{}", s.line);
+    s
+}
+
 /// The stall asked for, in milliseconds.
 pub const STALL_MS: u64 = 200;
 

@@ -206,14 +206,7 @@ a user-space lock only while its process lives, and the workload has exited when
 /// `doc` with `section` in place of its futex section, or inserted before
 /// the first of [`BEFORE`] (at the end when there is none).
 pub fn put(doc: &str, section: &str) -> String {
-    if let Some(md) = markdown::replace_section(doc, FUTEX_HEADING, section) {
-        return md;
-    }
-    let at = BEFORE.iter().find_map(|h| doc.find(&format!("\n{h}\n")).map(|i| i + 1));
-    match at {
-        Some(i) => format!("{}{section}{}", &doc[..i], &doc[i..]),
-        None => format!("{}\n{section}", doc.trim_end_matches('\n').to_string() + "\n"),
-    }
+    markdown::put_section(doc, FUTEX_HEADING, section, &BEFORE)
 }
 
 #[cfg(test)]

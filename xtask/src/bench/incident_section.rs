@@ -73,14 +73,7 @@ a window then starts later than `--before`).\n"
 
 /// `doc` with `section` in place of its incident section (or added).
 pub fn put(doc: &str, section: &str) -> String {
-    if let Some(md) = markdown::replace_section(doc, INCIDENT_HEADING, section) {
-        return md;
-    }
-    let at = BEFORE.iter().find_map(|h| doc.find(&format!("\n{h}\n")).map(|i| i + 1));
-    match at {
-        Some(i) => format!("{}{section}{}", &doc[..i], &doc[i..]),
-        None => format!("{}\n{section}", doc.trim_end_matches('\n').to_string() + "\n"),
-    }
+    markdown::put_section(doc, INCIDENT_HEADING, section, &BEFORE)
 }
 
 #[cfg(test)]

@@ -147,6 +147,19 @@ pub fn replace_section(doc: &str, heading: &str, section: &str) -> Option<String
     Some(format!("{}{section}{}", &doc[..start], &doc[end..]))
 }
 
+/// `doc` with `section` in place of its `heading` section, or inserted
+/// before the first of the `before` headings (at the end when there is none).
+pub fn put_section(doc: &str, heading: &str, section: &str, before: &[&str]) -> String {
+    if let Some(md) = replace_section(doc, heading, section) {
+        return md;
+    }
+    let at = before.iter().find_map(|h| doc.find(&format!("\n{h}\n")).map(|i| i + 1));
+    match at {
+        Some(i) => format!("{}{section}{}", &doc[..i], &doc[i..]),
+        None => format!("{}\n{section}", doc.trim_end_matches('\n').to_string() + "\n"),
+    }
+}
+
 pub fn pct(x: f64) -> String {
     format!("{x:.3}x")
 }
