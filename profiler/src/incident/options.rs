@@ -58,6 +58,6 @@ impl IncidentOptions {
 
     /// The smallest `wait>=` threshold (what the kernel must stream as outliers).
     pub fn min_wait_ns(&self) -> Option<u64> {
-        super::engine::min_wait_ns(&self.triggers)
+        super::trigger::min_wait_ns(&self.triggers)
     }
 }

@@ -517,6 +517,17 @@ impl Trigger {
     }
 }
 
+/// The smallest `wait>=` threshold of `triggers` (what the kernel must stream).
+pub fn min_wait_ns(triggers: &[Trigger]) -> Option<u64> {
+    triggers
+        .iter()
+        .filter_map(|t| match t.condition {
+            Condition::Wait { min_ns } => Some(min_ns),
+            _ => None,
+        })
+        .min()
+}
+
 impl Filter {
     /// Whether lock `l` passes the lock, type and process terms (the cgroup
     /// term is not checked here). A process term keeps only user-space
