@@ -9,7 +9,7 @@ use profiler_common::names::futex::{CATEGORY, REQUIRED, TRACEPOINTS};
 
 use super::{
     TraceFs, error_chain,
-    load::Unavailable,
+    probe_kind::Unavailable,
     probes::{program, unload_named},
 };
 

@@ -27,6 +27,7 @@ use super::{
     check_privileges,
     identities::{KernelIdentities, NamingMethods},
     object::{bump_memlock, load_object},
+    probe_kind::Unavailable,
     probes::{
         Attached, ProbeKind, attach_releases, attach_waits, attach_yield, program, release_programs, unload_named,
         unload_program, yield_programs,
@@ -57,15 +58,6 @@ pub enum LoadError {
         /// What went wrong.
         detail: String,
     },
-}
-
-/// Something lockprof could not probe, with the short reason and the details.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Unavailable {
-    /// One short clause a user can act on.
-    pub reason: String,
-    /// Every attempt and the kernel's answer, one line (logged with `-v`).
-    pub detail: String,
 }
 
 /// Loaded and attached programs with their maps.

@@ -21,3 +21,12 @@ impl ProbeKind {
         }
     }
 }
+
+/// Something lockprof could not probe, with the short reason and the details.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unavailable {
+    /// One short clause a user can act on.
+    pub reason: String,
+    /// Every attempt and the kernel's answer, one line (logged with `-v`).
+    pub detail: String,
+}
