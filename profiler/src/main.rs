@@ -16,6 +16,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     if err.downcast_ref::<UsageError>().is_some()
         || err.downcast_ref::<LoadError>().is_some_and(privileges)
         || matches!(err.downcast_ref::<SessionError>(), Some(SessionError::Load(e)) if privileges(e))
+        || matches!(err.downcast_ref::<SessionError>(), Some(SessionError::Incidents(_)))
     {
         2
     } else {

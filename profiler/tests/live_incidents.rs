@@ -238,6 +238,19 @@ fn record_stops_at_its_incident_and_reports_it_and_bad_triggers_are_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.lines().next().is_some_and(|l| l.contains("expected >=")), "{err}");
+    // An incident directory that cannot be made: one line, before attaching.
+    let file = temp_dir("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let out = lockprof()
+        .args(["record", "--trigger", "wait>=1s", "--duration", "1", "--incident-dir"])
+        .arg(file.join("sub"))
+        .output()
+        .expect("run lockprof record");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("incident directory") && !err.contains("recording"), "{err}");
+    let _ = std::fs::remove_file(&file);
 
     let dir = temp_dir("record");
     let dir_s = dir.to_string_lossy().into_owned();

@@ -217,6 +217,11 @@ impl Session {
     /// Loads and attaches, reads kallsyms and opens the maps, without
     /// starting anything (no runtime needed).
     pub fn prepare(opts: SessionOptions) -> Result<Prepared, SessionError> {
+        // The incident directory first: a bad one is said before anything attaches.
+        let store = match &opts.incidents {
+            Some(i) => Some(Store::open(&i.dir, i.max_per_hour, i.max_dir_bytes)?),
+            None => None,
+        };
         let mut probes = Probes::load(&opts.load)?;
         let kallsyms = Kallsyms::load().unwrap_or_else(|e| {
             log::warn!("{e}; stacks will show raw addresses");
@@ -255,10 +260,6 @@ impl Session {
             counters: probes.take_counters()?,
             program_fds: probes.program_fds(),
             refused: Default::default(),
-        };
-        let store = match &opts.incidents {
-            Some(i) => Some(Store::open(&i.dir, i.max_per_hour, i.max_dir_bytes)?),
-            None => None,
         };
         Ok(Prepared { opts, probes, ring, builder, hk, store })
     }
