@@ -13,10 +13,11 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// Time since the binary began past which checks get only [`FLOOR`]: a
 /// kernel on which many checks fail still reports every one before
 /// `vm-test` kills the guest.
-// The newest kernel's checks take ~320 s on this 2-CPU host under TCG
-// when all pass (cgroup and user-stack checks included): room for a
-// machine a third slower.
-pub const BUDGET: Duration = Duration::from_secs(450);
+// The newest kernel's checks take 340-450 s on this 2-CPU host under TCG
+// when all pass (cgroup, user-stack and futex checks included; 338 s and
+// 448 s in two clean-clone runs of one tree): the budget is as much as the
+// 720 s a guest gets allows (the assertion below).
+pub const BUDGET: Duration = Duration::from_secs(510);
 
 /// The least a check gets, even past the budget.
 pub const FLOOR: Duration = Duration::from_secs(3);
