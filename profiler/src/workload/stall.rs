@@ -347,9 +347,9 @@ fn sequence<'s>(
         || describe("stall-holder", &cast.holder),
     )?;
     start(s, "stall-waiter", cast, &cast.waiter, || {
-        cast.write_ns.0.store(syscalls::monotonic_ns(), Ordering::Relaxed);
+        cast.write_ns.0.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
         let r = syscalls::write(&rig.wr, &[b'w'; WRITE]);
-        cast.write_ns.1.store(syscalls::monotonic_ns(), Ordering::Relaxed);
+        cast.write_ns.1.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
         r
     })?;
     let step = "stall-waiter sleeping on the pipe mutex in its write";

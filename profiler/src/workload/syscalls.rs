@@ -159,14 +159,6 @@ pub(super) fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds (the clock of the kernel's trace timestamps).
-pub(super) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into a valid one.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
-}
-
 /// splice(2) of at most `len` bytes from the pipe `from` to `to`, blocking
 /// (no SPLICE_F_NONBLOCK); the bytes moved.
 pub(super) fn splice(from: &File, to: &impl AsRawFd, len: usize) -> std::io::Result<usize> {
