@@ -310,13 +310,11 @@ impl Prepared {
             _ => (None, None),
         };
         // With triggers, the latest long waits are kept: the ones that may
-        // fire a `wait>=` trigger, and a window's slowest waits.
-        let recent_min_ns = match &opts.incidents {
-            Some(i) => match (opts.load.config.outlier_ns, i.min_wait_ns()) {
-                (0, min) => min.unwrap_or(u64::MAX),
-                (o, min) => min.map_or(o, |m| m.min(o)),
-            },
-            None => u64::MAX,
+        // fire a `wait>=` trigger, and a window's slowest waits. The outlier
+        // threshold is already at most the smallest `wait>=` (with_incidents).
+        let recent_min_ns = match opts.load.config.outlier_ns {
+            o if o != 0 && opts.incidents.is_some() => o,
+            _ => u64::MAX,
         };
         let aggregator = aggregator::spawn(
             Aggregator::new(opts.limits).with_recent(recent_min_ns),
