@@ -96,6 +96,10 @@ enum Cmd {
         /// from the package indices (no download, no boot); --matrix does this first.
         #[arg(long, conflicts_with_all = ["kernel", "matrix"])]
         check_packages: bool,
+        /// Only the guest checks whose names contain this (`yield_to`, `kprobe::pipe_mutex`);
+        /// the README's table is then left alone.
+        #[arg(long, conflicts_with = "check_packages")]
+        filter: Option<String>,
     },
     /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests.
     Test {
@@ -153,12 +157,17 @@ fn main() -> Result<()> {
                     matrix: true,
                     timeout: std::time::Duration::from_secs(720),
                     check_packages: false,
+                    filter: None,
                 })
             }
         }
-        Cmd::VmTest { kernel, matrix, timeout, check_packages } => {
-            vm_test(vm::Opts { kernel, matrix, timeout: std::time::Duration::from_secs(timeout), check_packages })
-        }
+        Cmd::VmTest { kernel, matrix, timeout, check_packages, filter } => vm_test(vm::Opts {
+            kernel,
+            matrix,
+            timeout: std::time::Duration::from_secs(timeout),
+            check_packages,
+            filter,
+        }),
         Cmd::Bench {
             rounds,
             duration,

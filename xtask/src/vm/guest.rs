@@ -64,22 +64,23 @@ done
 # Why KVM did not come up, in the kernel's words.
 [ -c /dev/kvm ] || dmesg | grep -i -E 'kvm|svm' | sed 's/^\[[ 0-9.]*\] //' | sort -u | tail -3 >> /tmp/kvm-modules.log
 sed 's/^/kvm-modules: /' /tmp/kvm-modules.log
-LOCKPROF_YIELD_VMM=/yield_vmm /guest --test-threads 1 --color never
+LOCKPROF_YIELD_VMM=/yield_vmm /guest --test-threads 1 --color never @FILTER@
 echo LOCKPROF-VM-EXIT=$?
 "#;
 
 /// What the guest runs after the prelude.
 pub enum Payload<'a> {
-    /// The guest test binary (`vm-test`).
-    Tests,
+    /// The guest test binary (`vm-test`), with libtest's name filter (checked:
+    /// letters, digits, `_` and `:` only, so it is safe in the shell script).
+    Tests(Option<&'a str>),
     /// A shell script (`bench --guest`).
     Script(&'a str),
 }
 
 fn init(payload: &Payload<'_>) -> String {
     let body = match payload {
-        Payload::Tests => TESTS,
-        Payload::Script(s) => s,
+        Payload::Tests(filter) => TESTS.replace("@FILTER@", filter.unwrap_or_default()),
+        Payload::Script(s) => s.to_string(),
     };
     format!("{PRELUDE}{body}\npoweroff -f\n")
 }

@@ -20,7 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 
 use self::{
     guest::{Binaries, KVM_MODULES, Payload},
@@ -42,6 +42,8 @@ pub struct Opts {
     pub timeout: Duration,
     /// Only resolve every kernel package of every suite from the indices.
     pub check_packages: bool,
+    /// Only the guest checks whose names contain this (libtest's filter).
+    pub filter: Option<String>,
 }
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
@@ -109,7 +111,7 @@ struct Outcome1 {
     secs: f64,
 }
 
-fn one(spec: &Spec, bins: &Binaries, timeout: Duration) -> Outcome1 {
+fn one(spec: &Spec, bins: &Binaries, timeout: Duration, filter: Option<&str>) -> Outcome1 {
     let started = Instant::now();
     let label = match spec {
         Spec::Meta { label, .. } => label.to_string(),
@@ -121,7 +123,7 @@ fn one(spec: &Spec, bins: &Binaries, timeout: Duration) -> Outcome1 {
             Ok(m) => kernel::module_order(m, KVM_MODULES)?,
             Err(_) => Vec::new(),
         };
-        let initrd = guest::initramfs(&vm_dir(), bins, &modules, k.modules.as_ref().err(), &Payload::Tests)?;
+        let initrd = guest::initramfs(&vm_dir(), bins, &modules, k.modules.as_ref().err(), &Payload::Tests(filter))?;
         eprintln!("xtask: booting {} ({}) under QEMU (TCG, 4 vCPUs)", k.package, k.release);
         let lines = guest::boot(&k.vmlinuz, &initrd, timeout, &format!("vm {}| ", k.release))?;
         let log = vm_dir().join(format!("{}.console.log", k.release));
@@ -213,7 +215,13 @@ pub fn run_vm(o: &Opts) -> Result<()> {
         (None, true) => Spec::MATRIX.to_vec(),
         (None, false) => vec![Spec::default_kernel()],
     };
-    let outs: Vec<Outcome1> = specs.iter().map(|s| one(s, &bins, o.timeout)).collect();
+    if let Some(f) = &o.filter {
+        ensure!(
+            !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "--filter {f:?}: a check name or part of one (letters, digits, _ and :)"
+        );
+    }
+    let outs: Vec<Outcome1> = specs.iter().map(|s| one(s, &bins, o.timeout, o.filter.as_deref())).collect();
     let t = table(&outs);
     println!("\n{t}");
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
@@ -234,7 +242,8 @@ pub fn run_vm(o: &Opts) -> Result<()> {
     println!("vm-test: {passed} passed, {failed} failed, {skipped} skipped in {total:.0} s");
     std::fs::create_dir_all(vm_dir())?;
     std::fs::write(vm_dir().join("summary.md"), &t)?;
-    if o.matrix {
+    // A filtered run checks part of each kernel: it says nothing for the README's table.
+    if o.matrix && o.filter.is_none() {
         let rows: Vec<(String, &Run)> = outs.iter().map(|o| (o.label.clone(), &o.run)).collect();
         let kernels = table::render(&rows);
         let readme_path = workspace_root().join("README.md");
@@ -246,6 +255,15 @@ pub fn run_vm(o: &Opts) -> Result<()> {
             }
             Some(_) => {}
             None => eprintln!("xtask: README.md has no kernel-matrix marks; the table was not written"),
+        }
+    }
+    // Last, so that a log's tail says why: each failure in the harness's words.
+    for out in &outs {
+        for c in out.run.checks.iter().filter(|c| c.outcome == Outcome::Fail) {
+            println!("vm-test: FAILED {} {}: {}", out.label, c.name, c.message.as_deref().unwrap_or("(no message)"));
+        }
+        for p in &out.problems {
+            println!("vm-test: FAILED {} harness: {p}", out.label);
         }
     }
     if failed > 0 {

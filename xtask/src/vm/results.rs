@@ -23,6 +23,8 @@ pub struct Check {
     pub name: String,
     /// Outcome.
     pub outcome: Outcome,
+    /// A failed check's message (libtest's `---- NAME ----` section).
+    pub message: Option<String>,
 }
 
 impl Check {
@@ -57,9 +59,25 @@ pub struct Run {
 pub fn parse(lines: &[String]) -> Run {
     let mut r = Run::default();
     let mut doctor = None::<String>;
+    // The failure whose message lines are being read.
+    let mut failure = None::<(String, Vec<String>)>;
     for line in lines {
         let t = line.trim();
-        if t.contains("LOCKPROF-VM-BEGIN") {
+        if let Some((name, msg)) = failure.as_mut() {
+            if t.is_empty() || t == "failures:" || t.starts_with("---- ") || t.starts_with("LOCKPROF-VM-EXIT=") {
+                let text = msg.join(" / ");
+                if let Some(c) = r.checks.iter_mut().find(|c| c.name == *name) {
+                    c.message = Some(text);
+                }
+                failure = None;
+            } else {
+                msg.push(t.to_string());
+                continue;
+            }
+        }
+        if let Some(name) = t.strip_prefix("---- ").and_then(|n| n.strip_suffix(" ----")) {
+            failure = Some((name.trim().to_string(), Vec::new()));
+        } else if t.contains("LOCKPROF-VM-BEGIN") {
             r.began = true;
         } else if t == "LOCKPROF-DOCTOR-BEGIN" {
             doctor = Some(String::new());
@@ -85,7 +103,7 @@ pub fn parse(lines: &[String]) -> Run {
             } else {
                 continue;
             };
-            r.checks.push(Check { name: name.trim().to_string(), outcome });
+            r.checks.push(Check { name: name.trim().to_string(), outcome, message: None });
         }
         if ["Oops", "BUG:", "Kernel panic", "general protection fault"].iter().any(|m| line.contains(m)) {
             r.oops.push(line.clone());
@@ -170,6 +188,17 @@ test kprobe::pipe_mutex ... ok
 test fentry::pipe_mutex ... ignored (the kernel refuses BPF trampolines)
 test kprobe::mmap_lock ... FAILED
 test yield_to::kprobe ... ok
+
+failures:
+
+---- kprobe::mmap_lock ----
+the Mmap workload made no progress
+(after 30 s)
+
+
+failures:
+    kprobe::mmap_lock
+
 test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 9.00s
 LOCKPROF-VM-EXIT=101
 "#;
@@ -181,6 +210,8 @@ LOCKPROF-VM-EXIT=101
         assert_eq!(r.counts(), (2, 1, 1));
         assert_eq!(r.checks[1].outcome, Outcome::Skip("the kernel refuses BPF trampolines".into()));
         assert_eq!(r.checks[3].split(), ("kprobe", "yield_to"));
+        assert_eq!(r.checks[2].message.as_deref(), Some("the Mmap workload made no progress / (after 30 s)"));
+        assert_eq!(r.checks[0].message, None);
         assert_eq!(r.exit, Some(101));
         assert!(r.summary.as_deref().is_some_and(|s| s.contains("1 failed")));
         assert!(r.problems().is_empty(), "{:?}", r.problems());
