@@ -122,6 +122,8 @@ pub const NAMES: [&str; COUNT as usize] = [
 pub mod user {
     /// Program runs the kernel skipped to avoid recursion.
     pub const RECURSION_MISSES: &str = "recursion_misses";
+    /// Of those, runs of the `yield_to` programs: those calls not measured.
+    pub const YIELD_SKIPPED: &str = "yield_skipped";
     /// Events submitted that never reached the aggregator.
     pub const USERSPACE_LOST: &str = "userspace_lost";
     /// Ring buffer records of the wrong size.

@@ -211,6 +211,8 @@ pub mod prog {
     pub const KP_YIELD_TO: &str = "kp_yield_to";
     /// kretprobe of `yield_to`.
     pub const KRP_YIELD_TO: &str = "krp_yield_to";
+    /// The `yield_to` programs of every backend (their kernel-skipped runs are counted apart).
+    pub const YIELD: &[&str] = &[FE_YIELD_TO, FX_YIELD_TO, KP_YIELD_TO, KRP_YIELD_TO];
 
     /// The `kmem_cache` iterator.
     pub const SLAB_CACHES: &str = "slab_caches";

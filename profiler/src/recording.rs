@@ -202,7 +202,8 @@ mod tests {
                 "user_stack_truncated",
                 "user_stacks_evicted",
                 "user_stacks_stored",
-                "user_stacks_unpinned"
+                "user_stacks_unpinned",
+                "yield_skipped"
             ]
         );
         // cgroups came later too: none in an old recording.

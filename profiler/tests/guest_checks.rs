@@ -3,6 +3,9 @@
 
 #[path = "guest/checks.rs"]
 mod checks;
+#[path = "guest/ftrace.rs"]
+#[expect(dead_code, reason = "the tracer runs in the guest only; its output's parser is tested here")]
+mod ftrace;
 #[path = "guest/until.rs"]
 mod until;
 #[path = "guest/yields.rs"]
@@ -146,31 +149,71 @@ const KVM_PATH: &str = "kvm_vcpu_yield_to <- kvm_sched_yield <- kvm_emulate_hype
 #[test]
 fn yield_checks_fail_with_the_numbers() {
     let ok = yield_profile(&[1, 1, 1, 0], KVM_PATH);
-    assert!(yields::compare_calls(&ok, &vmm(Some(4)), "fentry").is_ok());
-    assert!(yields::compare_outcomes(&ok, &vmm(Some(4))).expect("compare").is_some());
-    let e = yields::compare_calls(&yield_profile(&[1, 1, 1], KVM_PATH), &vmm(Some(4)), "fentry").expect_err("lost");
-    assert!(e.contains("saw 3 yield_to calls") && e.contains("4 hypercalls"), "{e}");
-    let e = yields::compare_outcomes(&yield_profile(&[1, 1, 1, 1], KVM_PATH), &vmm(Some(4))).expect_err("split");
-    assert!(e.contains("4 yielded / 0 not; KVM: 3 successful / 1 not"), "{e}");
-    assert!(yields::compare_calls(&ok, &vmm(Some(4)), "kprobe").expect_err("backend").contains("wanted kprobe"));
+    assert!(yields::compare_calls(&ok, &vmm(Some(4)), 4, "fentry").is_ok());
+    assert!(yields::compare_outcomes(&ok, &vmm(Some(4)), 4).expect("compare").is_some());
+    let e = yields::compare_calls(&yield_profile(&[1, 1, 1], KVM_PATH), &vmm(Some(4)), 4, "fentry").expect_err("lost");
+    assert!(e.contains("saw 3 yield_to calls") && e.contains("the kernel made 4"), "{e}");
+    let e = yields::compare_calls(&ok, &vmm(Some(4)), 3, "fentry").expect_err("more than traced");
+    assert!(e.contains("saw 4 yield_to calls") && e.contains("the kernel made 3"), "{e}");
+    let e = yields::compare_outcomes(&yield_profile(&[1, 1, 1, 1], KVM_PATH), &vmm(Some(4)), 4).expect_err("split");
+    assert!(e.contains("4 yielded / 0 not (0 skipped by the kernel); KVM: 3 successful / 1 not"), "{e}");
+    assert!(yields::compare_calls(&ok, &vmm(Some(4)), 4, "kprobe").expect_err("backend").contains("wanted kprobe"));
     let spin = yield_profile(&[1, 1, 1, 0], "kvm_vcpu_yield_to <- kvm_vcpu_on_spin");
-    let e = yields::compare_calls(&spin, &vmm(Some(4)), "fentry");
+    let e = yields::compare_calls(&spin, &vmm(Some(4)), 4, "fentry");
     assert!(e.expect_err("path").contains("not resolved to KVM"));
     // 5.10 leaves no kvm_sched_yield frame: the path goes straight to kvm_emulate_hypercall there.
     let inlined = yield_profile(&[1, 1, 1, 0], "kvm_vcpu_yield_to <- kvm_emulate_hypercall <- kvm_arch_vcpu_ioctl_run");
-    assert!(yields::compare_calls(&inlined, &vmm(Some(4)), "fentry").is_ok());
+    assert!(yields::compare_calls(&inlined, &vmm(Some(4)), 4, "fentry").is_ok());
     let mut off = ok.clone();
     off.meta.yield_backend = None;
     off.meta.yield_unavailable = Some("no kprobe PMU".into());
-    assert!(yields::compare_calls(&off, &vmm(Some(4)), "fentry").expect_err("not probed").contains("no kprobe PMU"));
+    assert!(yields::compare_calls(&off, &vmm(Some(4)), 4, "fentry").expect_err("not probed").contains("no kprobe PMU"));
     assert!(yields::parse_vmm("nothing").is_err());
+    for traced in [0, 5] {
+        let e = yields::compare_calls(&ok, &vmm(Some(4)), traced, "fentry").expect_err("harness");
+        assert!(e.starts_with("harness:"), "{e}");
+    }
+}
+
+#[test]
+fn yield_calls_the_kernel_skipped_are_accounted_not_excused() {
+    // KVM made yield_to calls for 3 of the 4 hypercalls (the target was not
+    // preempted for one): lockprof must match the 3, not the 4.
+    let three = yield_profile(&[1, 1, 0], KVM_PATH);
+    assert!(yields::compare_calls(&three, &vmm(Some(4)), 3, "fentry").is_ok());
+    let split = yields::compare_outcomes(&three, &vmm(Some(4)), 3);
+    assert!(split.expect_err("KVM: 3 successful").contains("2 yielded / 1 not"), "exact without skips");
+    let exact = yield_profile(&[1, 1, 1], KVM_PATH);
+    assert!(yields::compare_outcomes(&exact, &vmm(Some(4)), 3).expect("split").is_some());
+    // One kprobe run skipped by the kernel and counted: 3 seen of 4 traced is whole.
+    let mut skipped = yield_profile(&[1, 1, 0], KVM_PATH);
+    skipped.meta.drops.losses.yield_skipped = 1;
+    assert!(yields::compare_calls(&skipped, &vmm(Some(4)), 4, "fentry").is_ok());
+    assert!(yields::compare_outcomes(&skipped, &vmm(Some(4)), 4).expect("within the skipped run").is_some());
+    // Two missing but only one counted: a loss lockprof did not account for.
+    let e = yields::compare_calls(&yield_profile(&[1, 1], KVM_PATH), &vmm(Some(4)), 4, "fentry");
+    assert!(e.expect_err("unaccounted").contains("counted 0 probe runs the kernel skipped"));
+}
+
+#[test]
+fn function_tracer_calls_are_counted_per_thread() {
+    let text = "# tracer: function\n#\n# entries-in-buffer/entries-written: 3/3   #P:4\n#\n\
+        #           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION\n\
+        yield_vmm-152     [000] d..2.   123.456789: yield_to <-kvm_vcpu_yield_to\n\
+        yield_vmm-152     [000] d..2.   123.456800: yield_to <-kvm_vcpu_yield_to\n\
+        my-vmm thread-9     [001] d..2.   123.456900: yield_to <-kvm_vcpu_yield_to\n\
+        other-7     [001] d..2.   123.457000: kvm_vcpu_yield_to <-kvm_sched_yield\n";
+    let c = ftrace::count_calls(text, "yield_to").expect("counts");
+    assert_eq!((c[&152], c[&9], c.len()), (2, 1, 2));
+    let short = text.replace("3/3", "2/3");
+    assert!(ftrace::count_calls(&short, "yield_to").expect_err("overrun").contains("kept 2 of 3"));
 }
 
 #[test]
 fn kernels_without_kvm_statistics_compare_calls_only() {
     let ok = yield_profile(&[1, 1, 1, 0], KVM_PATH);
-    assert!(yields::compare_calls(&ok, &vmm(None), "fentry").is_ok());
-    assert_eq!(yields::compare_outcomes(&ok, &vmm(None)), Ok(None), "nothing to compare with");
+    assert!(yields::compare_calls(&ok, &vmm(None), 4, "fentry").is_ok());
+    assert_eq!(yields::compare_outcomes(&ok, &vmm(None), 4), Ok(None), "nothing to compare with");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! `--futex`, the futex system calls); then the lock naming methods; and
 //! the maps handed to the session.
 
-use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use aya::{
     Btf, Ebpf, Endianness,
@@ -20,7 +20,7 @@ use profiler_common::{
 
 use super::{
     AggMaps, CgroupFilter, FutexMaps, KernelCounters, KernelStacks, KernelUserStacks, LoadOptions, PendingMaps,
-    TracefsError, WaitBackend,
+    ProgramFd, TracefsError, WaitBackend,
     attach_error::AttachError,
     backend::{BackendFailure, attach_tp_btf, attach_tracepoint},
     btf::{BtfError, Types},
@@ -467,8 +467,13 @@ impl Probes {
 
     /// File descriptors of the loaded programs (for their fdinfo statistics;
     /// valid until [`detach`](Probes::detach)).
-    pub fn program_fds(&self) -> Vec<RawFd> {
-        self.ebpf.programs().filter_map(|(_, p)| p.fd().ok().map(|fd| fd.as_fd().as_raw_fd())).collect()
+    pub fn program_fds(&self) -> Vec<ProgramFd> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, p)| {
+                p.fd().ok().map(|fd| ProgramFd { name: name.to_string(), fd: fd.as_fd().as_raw_fd() })
+            })
+            .collect()
     }
 
     /// Detaches and unloads every program; maps stay readable.

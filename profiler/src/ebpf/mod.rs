@@ -31,7 +31,7 @@ pub use identities::{KernelIdentities, NamingMethods};
 pub use load::{LoadError, Probes};
 pub use maps::{
     AggMaps, CgroupFilter, CounterValues, FutexMaps, KernelCounters, KernelStacks, KernelUserStacks, PendingMaps,
-    merge_cpus, recursion_misses,
+    ProgramFd, RecursionMisses, merge_cpus, recursion_misses,
 };
 pub use object::{LoadOptions, object_bytes};
 pub use tracefs::{TraceFs, TracefsError};

@@ -93,6 +93,10 @@ pub struct Losses {
     pub holder_map_full: u64,
     /// Program runs the kernel skipped to avoid recursion (from `/proc/self/fdinfo`).
     pub recursion_misses: u64,
+    /// Of those, runs of the `yield_to` probes: those calls not measured. A
+    /// kprobe is skipped whenever another BPF program, or a BPF map syscall
+    /// preempted mid-operation, holds its CPU; the fentry backend avoids that.
+    pub yield_skipped: u64,
     /// Events the kernel submitted that never reached the aggregator.
     pub userspace_lost: u64,
     /// Ring buffer records of the wrong size.
@@ -116,7 +120,7 @@ pub struct Losses {
 
 impl Losses {
     /// Every loss counter, in display order.
-    pub const LIST: [Field<Losses>; 18] = [
+    pub const LIST: [Field<Losses>; 19] = [
         field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
         field!(kernel(counter::STACK_FAILED), stack_failed),
         field!(user::STACKS_EVICTED, stacks_evicted),
@@ -128,6 +132,7 @@ impl Losses {
         field!(kernel(counter::IDENT_MAP_FULL), ident_map_full),
         field!(kernel(counter::HOLDER_MAP_FULL), holder_map_full),
         field!(user::RECURSION_MISSES, recursion_misses),
+        field!(user::YIELD_SKIPPED, yield_skipped),
         field!(user::USERSPACE_LOST, userspace_lost),
         field!(user::MALFORMED_RECORDS, malformed_records),
         field!(user::MAP_OPS_REFUSED, map_ops_refused),

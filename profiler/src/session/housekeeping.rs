@@ -2,14 +2,14 @@
 //! pending-wait and futex-wait entries of exited threads, and report the
 //! kernel counters.
 
-use std::{os::fd::RawFd, time::Duration};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{cgroups::FilterWatch, refusals::Refusals};
 use crate::{
-    ebpf::{AggMaps, FutexMaps, KernelCounters, PendingMaps, recursion_misses},
+    ebpf::{AggMaps, FutexMaps, KernelCounters, PendingMaps, ProgramFd, recursion_misses},
     pipeline::{Msg, Record, aggregator::KernelStatus},
 };
 
@@ -29,7 +29,7 @@ pub struct Housekeeping {
     /// The programs' counters.
     pub counters: KernelCounters,
     /// Program fds, for their recursion misses.
-    pub program_fds: Vec<RawFd>,
+    pub program_fds: Vec<ProgramFd>,
     /// Map operations the kernel refused.
     pub refused: Refusals,
     /// The `--cgroup` filter, kept up to date.

@@ -11,7 +11,6 @@ mod refusals;
 mod user_locks;
 
 use std::{
-    os::fd::RawFd,
     sync::{Arc, atomic::Ordering},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -28,7 +27,7 @@ pub use options::{CgroupOptions, Mode, SessionOptions, defaults};
 use self::housekeeping::Housekeeping;
 use crate::{
     cgroups::{CgroupFs, CgroupTree},
-    ebpf::{KernelStacks, LoadError, Probes, features::kernel_release, recursion_misses},
+    ebpf::{KernelStacks, LoadError, Probes, ProgramFd, features::kernel_release, recursion_misses},
     incident::{Engine, IncidentLog, Store, WindowBuilder},
     model::{Counters, Meta, Profile},
     pipeline::{
@@ -85,7 +84,8 @@ impl MetaSource {
         drops.bookkeeping.open_at_stop = open_at_stop;
         drops.losses.malformed_records = self.reader.malformed.load(Ordering::Relaxed);
         drops.losses.userspace_lost = userspace_lost;
-        drops.losses.recursion_misses = k.recursion_misses;
+        drops.losses.recursion_misses = k.recursion_misses.total;
+        drops.losses.yield_skipped = k.recursion_misses.yield_to;
         drops.losses.map_ops_refused = k.map_ops_refused;
         Meta { duration_s: self.started.elapsed().as_secs_f64(), drops, ..self.base.clone() }
     }
@@ -95,7 +95,7 @@ impl MetaSource {
 pub struct Session {
     probes: Probes,
     meta: MetaSource,
-    program_fds: Vec<RawFd>,
+    program_fds: Vec<ProgramFd>,
     stop: CancellationToken,
     reader: JoinHandle<std::io::Result<aya::maps::RingBuf<aya::maps::MapData>>>,
     housekeeper: JoinHandle<Housekeeping>,

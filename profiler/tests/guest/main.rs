@@ -13,6 +13,7 @@ mod c_storm;
 mod cgroups;
 mod checks;
 mod facts;
+mod ftrace;
 mod futex;
 mod hold_backend;
 mod until;
@@ -261,13 +262,15 @@ fn agreement() -> Check {
     Ok(format!("kprobe {ca} vs fentry {cb} rwlock waits (in {:.1} s)", both[0].meta.duration_s))
 }
 
-/// One yield_to check with `kind`: records while the VMM runs.
-fn yield_run(kind: ProbeKind) -> Result<(Profile, yields::VmmReport), String> {
+/// One yield_to check with `kind`: records while the VMM runs, with the
+/// function tracer counting the kernel's own `yield_to` calls.
+fn yield_run(kind: ProbeKind) -> Result<(Profile, yields::VmmReport, u64), String> {
     let vmm = std::env::var("LOCKPROF_YIELD_VMM").unwrap_or_else(|_| "/yield_vmm".into());
     runtime().block_on(async {
         let mut o = options(BackendChoice::Auto);
         o.load.yield_probe = Some(kind);
         let session = Session::start(o).map_err(|e| e.to_string())?;
+        let tracer = ftrace::FunctionCalls::start(YIELD_FUNC)?;
         let path = vmm.clone();
         let out = tokio::task::spawn_blocking(move || Command::new(&path).args(["--hypercalls", "300"]).output())
             .await
@@ -276,11 +279,14 @@ fn yield_run(kind: ProbeKind) -> Result<(Profile, yields::VmmReport), String> {
         // Let the reader pick up the last records before stopping.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let profile = session.finish().await.map_err(|e| e.to_string())?;
+        let per_thread = tracer.finish()?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             return Err(format!("the VMM failed ({}): {stdout}{}", out.status, String::from_utf8_lossy(&out.stderr)));
         }
-        Ok((profile, yields::parse_vmm(&stdout)?))
+        let report = yields::parse_vmm(&stdout)?;
+        let traced = [report.yielder_tid, report.target_tid].iter().filter_map(|t| per_thread.get(t)).sum();
+        Ok((profile, report, traced))
     })
 }
 
@@ -295,9 +301,9 @@ fn yield_trials(f: &Facts) -> Vec<Trial> {
         .or_else(|| f.kvm.clone().err());
         let k = kind.name();
         out.push(trial(format!("yield_to::{k}"), missing, move || {
-            let (p, vmm) = yield_run(kind)?;
-            let calls = yields::compare_calls(&p, &vmm, k)?;
-            let split = yields::compare_outcomes(&p, &vmm)?.unwrap_or_else(|| {
+            let (p, vmm, traced) = yield_run(kind)?;
+            let calls = yields::compare_calls(&p, &vmm, traced, k)?;
+            let split = yields::compare_outcomes(&p, &vmm, traced)?.unwrap_or_else(|| {
                 "this kernel keeps no directed_yield_* statistics: the yielded/not split was not compared with KVM's".into()
             });
             Ok(format!("{calls}; {split}"))

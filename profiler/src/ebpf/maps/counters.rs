@@ -49,12 +49,39 @@ impl CounterValues {
     }
 }
 
-/// Sum of `recursion_misses` over programs, from /proc/self/fdinfo.
-pub fn recursion_misses(fds: &[RawFd]) -> u64 {
-    fds.iter()
-        .filter_map(|fd| std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())
-        .filter_map(|info| parse_fdinfo(&info, "recursion_misses"))
-        .sum()
+/// A loaded program's name and file descriptor (for its fdinfo statistics).
+#[derive(Clone, Debug)]
+pub struct ProgramFd {
+    /// The program's name (`profiler_common::names::prog`).
+    pub name: String,
+    /// Its fd, valid until the programs are detached.
+    pub fd: RawFd,
+}
+
+/// Program runs the kernel skipped, from /proc/self/fdinfo's `recursion_misses`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecursionMisses {
+    /// Over every program.
+    pub total: u64,
+    /// Of those, the `yield_to` programs' (each a call not measured).
+    pub yield_to: u64,
+}
+
+/// Sums `recursion_misses` over `progs`. A kprobe's run is skipped whenever
+/// any BPF program, or a BPF map syscall preempted mid-operation, holds the
+/// CPU's `bpf_prog_active`; trampolines and raw tracepoints only skip nested
+/// runs of the same program.
+pub fn recursion_misses(progs: &[ProgramFd]) -> RecursionMisses {
+    let mut out = RecursionMisses::default();
+    for p in progs {
+        let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", p.fd)) else { continue };
+        let n = parse_fdinfo(&info, "recursion_misses").unwrap_or(0);
+        out.total += n;
+        if profiler_common::names::prog::YIELD.contains(&p.name.as_str()) {
+            out.yield_to += n;
+        }
+    }
+    out
 }
 
 fn parse_fdinfo(info: &str, key: &str) -> Option<u64> {
@@ -71,7 +98,7 @@ mod tests {
         assert_eq!(parse_fdinfo(info, "recursion_misses"), Some(7));
         assert_eq!(parse_fdinfo(info, "run_cnt"), Some(0));
         assert_eq!(parse_fdinfo(info, "missing"), None);
-        assert_eq!(recursion_misses(&[]), 0);
+        assert_eq!(recursion_misses(&[]), RecursionMisses::default());
     }
 
     #[test]

@@ -7,7 +7,7 @@ mod futex;
 mod pending;
 
 pub use aggregates::{AggMaps, merge_cpus};
-pub use counters::{CounterValues, KernelCounters, recursion_misses};
+pub use counters::{CounterValues, KernelCounters, ProgramFd, RecursionMisses, recursion_misses};
 pub use futex::FutexMaps;
 pub use pending::PendingMaps;
 

@@ -204,8 +204,8 @@ pub struct YieldAgg {
 pub struct KernelStatus {
     /// The programs' counters.
     pub counters: CounterValues,
-    /// Program runs the kernel skipped to avoid recursion.
-    pub recursion_misses: u64,
+    /// Program runs the kernel skipped to avoid recursion (in all, and of the `yield_to` programs).
+    pub recursion_misses: crate::ebpf::RecursionMisses,
     /// Map operations the kernel refused (the aggregate flip or drain).
     pub map_ops_refused: u64,
 }
