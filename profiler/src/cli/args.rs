@@ -17,9 +17,13 @@ use crate::{
     workload::Workload,
 };
 
+/// `lockprof --version`: the version, the commit and the target it was built for.
+pub const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("LOCKPROF_COMMIT"), ", ", env!("LOCKPROF_TARGET"), ")");
+
 /// lockprof: a live lock-contention profiler for Linux (eBPF).
 #[derive(Debug, Parser)]
-#[command(name = "lockprof", version, about, long_about = None, propagate_version = true)]
+#[command(name = "lockprof", version = VERSION, about, long_about = None, propagate_version = true)]
 pub struct Cli {
     /// More diagnostics on stderr (-v: info, including eBPF-side messages; -vv: debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]

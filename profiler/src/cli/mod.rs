@@ -2,11 +2,12 @@
 //! parsed arguments into the library's options, done once here.
 
 mod args;
+pub mod docs;
 pub mod values;
 
 pub use args::{
     Cli, Command, DoctorArgs, FlamegraphArgs, IncidentArgs, RecordArgs, ReportArgs, ServeArgs, SessionArgs, StressArgs,
-    TopArgs, ViewArgs,
+    TopArgs, VERSION, ViewArgs,
 };
 
 use crate::{
