@@ -5,6 +5,7 @@
 //! (../shared/docs/toolchain.md), and a tracefs mount.
 
 mod bench;
+mod dist;
 mod setup;
 mod util;
 mod vm;
@@ -37,6 +38,18 @@ enum Cmd {
     },
     /// Set up, then `cargo install` lockprof into ~/.cargo/bin.
     Install,
+    /// Release artifacts in target/dist/: static tarballs and .debs (x86_64, aarch64), SHA256SUMS.
+    Dist {
+        /// Only these architectures (repeatable: x86_64, aarch64; default both).
+        #[arg(long = "arch", value_name = "ARCH")]
+        arches: Vec<String>,
+        /// Tarballs only: no .deb (and no cargo-deb or lintian).
+        #[arg(long)]
+        no_deb: bool,
+        /// Then run the x86_64 tarball's binary as a user without Rust would (root): doctor and record.
+        #[arg(long)]
+        smoke: bool,
+    },
     /// Overhead and fidelity beside perf -b on the seed workloads (root); rewrites BENCHMARKS.md.
     Bench {
         /// Rounds per workload (each runs every tracer once).
@@ -112,6 +125,25 @@ enum Cmd {
     },
 }
 
+/// The x86_64 release tarball's binary, run on this host as shipped (root;
+/// `required`: fail, rather than say it was not run, without root).
+fn dist_smoke(required: bool) -> Result<()> {
+    if !is_root() {
+        let why = "the release smoke test runs lockprof doctor and record: it needs root";
+        if required {
+            bail!("{why}");
+        }
+        eprintln!("xtask: {why}; not run");
+        return Ok(());
+    }
+    let tarball = dist::tarball(dist::X86_64)?;
+    let dir = workspace_root().join("target/dist/smoke");
+    let bin = dist::extract_binary(&tarball, &dir.join("unpacked"))?;
+    let said = dist::smoke_test(&bin, dist::X86_64, &dir.join("run"))?;
+    eprintln!("xtask: release tarball {}: {said}", tarball.display());
+    Ok(())
+}
+
 fn release_binary() -> PathBuf {
     workspace_root().join("target/release/lockprof")
 }
@@ -146,8 +178,19 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
+        Cmd::Dist { arches, no_deb, smoke } => {
+            setup::all()?;
+            let arches = if arches.is_empty() {
+                dist::ARCHES.to_vec()
+            } else {
+                arches.iter().map(|a| dist::Arch::named(a)).collect::<Result<Vec<_>>>()?
+            };
+            dist::run_dist(&dist::Opts { arches, deb: !no_deb })?;
+            if smoke { dist_smoke(true) } else { Ok(()) }
+        }
         Cmd::Test { no_lint, no_vm } => {
             test(no_lint)?;
+            dist_smoke(false)?;
             if no_vm {
                 eprintln!("xtask: --no-vm: the guest-kernel backend tests were not run");
                 Ok(())
@@ -230,7 +273,7 @@ fn test(no_lint: bool) -> Result<()> {
         // Every target, the feature-gated ones (bench binary, guest tests) included.
         run(cargo().args(["clippy", "--workspace", "--exclude", "profiler-ebpf", "--all-targets"]).args([
             "--features",
-            "profiler/bench,profiler/guest-tests",
+            "profiler/bench,profiler/guest-tests,profiler/docs",
             "--",
             "-D",
             "warnings",

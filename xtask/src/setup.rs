@@ -50,6 +50,38 @@ pub fn apt_tools(tools: &[(&str, &str)]) -> Result<()> {
     Ok(())
 }
 
+/// A Rust target's standard library (`rustup target add`), when missing.
+pub fn rust_target(triple: &str) -> Result<()> {
+    let installed = output(rustup().args(["target", "list", "--installed"])).unwrap_or_default();
+    if !installed.lines().any(|l| l.trim() == triple) {
+        run(rustup().args(["target", "add", triple]))?;
+    }
+    Ok(())
+}
+
+/// A tool of rustup's `llvm-tools` component (added when missing), e.g.
+/// `llvm-strip`, which handles every architecture lockprof ships for.
+pub fn llvm_tool(name: &str) -> Result<PathBuf> {
+    let rustc = || {
+        let mut c = Command::new("rustc");
+        c.env("PATH", path_env());
+        c
+    };
+    let sysroot = output(rustc().args(["--print", "sysroot"])).context("rustc --print sysroot")?;
+    let host = output(rustc().arg("-vV"))
+        .and_then(|v| v.lines().find_map(|l| l.strip_prefix("host: ").map(str::to_string)))
+        .context("rustc -vV names no host")?;
+    let tool = PathBuf::from(sysroot.trim()).join("lib/rustlib").join(host.trim()).join("bin").join(name);
+    if !tool.exists() {
+        eprintln!("xtask: adding rustup's llvm-tools component (for {name})");
+        run(rustup().args(["component", "add", "llvm-tools"]))?;
+    }
+    if !tool.exists() {
+        bail!("{} is missing after `rustup component add llvm-tools`", tool.display());
+    }
+    Ok(tool)
+}
+
 fn rustup() -> Command {
     let mut c = Command::new("rustup");
     c.env("PATH", path_env());

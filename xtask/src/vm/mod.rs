@@ -28,8 +28,8 @@ use self::{
     results::{Outcome, Run},
 };
 use crate::{
-    setup,
-    util::{cargo, output, path_env, run, workspace_root},
+    dist, setup,
+    util::{cargo, run, workspace_root},
 };
 
 /// Options.
@@ -46,20 +46,19 @@ pub struct Opts {
     pub filter: Option<String>,
 }
 
-const MUSL: &str = "x86_64-unknown-linux-musl";
+/// The guest's static binaries' target: the x86_64 release's.
+const MUSL: &str = dist::X86_64.triple;
 
 fn vm_dir() -> PathBuf {
     workspace_root().join("target/vm")
 }
 
-/// The static binaries the guest runs.
+/// The static binaries the guest runs: lockprof from the release tarball
+/// (`cargo xtask dist`'s, unpacked), the test binary, the VMM and the C workload.
 fn build() -> Result<Binaries> {
-    let targets = output(Command::new("rustup").env("PATH", path_env()).args(["target", "list", "--installed"]))
-        .unwrap_or_default();
-    if !targets.lines().any(|l| l.trim() == MUSL) {
-        run(Command::new("rustup").env("PATH", path_env()).args(["target", "add", MUSL]))?;
-    }
-    run(cargo().args(["build", "--release", "--package", "profiler", "--bin", "lockprof", "--target", MUSL]))?;
+    let tarball = dist::tarball(dist::X86_64)?;
+    let lockprof = dist::extract_binary(&tarball, &vm_dir().join("dist"))?;
+    eprintln!("xtask: the guests run the release tarball's lockprof ({})", tarball.display());
     run(cargo().args(["build", "--release", "--package", "profiler", "--example", "yield_vmm", "--target", MUSL]))?;
     let out = cargo()
         .args(["test", "--release", "--package", "profiler", "--features", "guest-tests", "--test", "guest"])
@@ -77,12 +76,7 @@ fn build() -> Result<Binaries> {
         .find_map(|v| v["executable"].as_str().map(PathBuf::from))
         .context("cargo named no guest test executable")?;
     let release = workspace_root().join(format!("target/{MUSL}/release"));
-    Ok(Binaries {
-        lockprof: release.join("lockprof"),
-        tests,
-        vmm: release.join("examples/yield_vmm"),
-        workload: c_workload()?,
-    })
+    Ok(Binaries { lockprof, tests, vmm: release.join("examples/yield_vmm"), workload: c_workload()? })
 }
 
 /// The user-stack checks' C workload, linked statically (glibc's `libc.a`)
