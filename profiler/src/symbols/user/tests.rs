@@ -1,5 +1,6 @@
 //! Real symbolization, in this test process and in a child that exits.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -7,8 +8,6 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-/// Set in the child that [`exited_process_still_symbolizes_and_shares_the_binary`] spawns.
-const CHILD_ENV: &str = "LOCKPROF_USYM_CHILD";
 /// The kernel's hard pid limit on 64-bit (PID_MAX_LIMIT): no process has a
 /// larger pid.
 const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
@@ -48,16 +47,6 @@ fn mappings_of(pid: u32, path: &Path) -> Vec<(u64, u64, u64, String)> {
             ))
         })
         .collect()
-}
-
-/// Not a check: the process [`exited_process_still_symbolizes_and_shares_the_binary`] spawns and
-/// kills. Without the variable set it returns at once.
-#[test]
-#[ignore = "helper process for exited_process_still_symbolizes_and_shares_the_binary"]
-fn child_waits_to_be_killed() {
-    if std::env::var_os(CHILD_ENV).is_some() {
-        std::thread::sleep(Duration::from_secs(120));
-    }
 }
 
 struct KillOnDrop(Child);
@@ -125,12 +114,23 @@ fn exited_process_still_symbolizes_and_shares_the_binary() {
     let file_offset = own.frames[0].file_offset;
     assert!(own.frames[0].function.is_some(), "{:?}", own.frames[0]);
 
-    let child = Command::new(exe())
-        .args(["--exact", "symbols::user::tests::child_waits_to_be_killed", "--ignored", "--nocapture"])
-        .env(CHILD_ENV, "1")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn the child");
+    // The child execs this binary and stops at once: it asks to be traced, so
+    // the kernel stops it with SIGTRAP when its exec completes, before any of
+    // its code runs. Its own mappings (its own load address) stay until it is killed.
+    let mut cmd = Command::new(exe());
+    cmd.arg("--list").stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: the closure runs between fork and exec and makes one system
+    // call (async-signal-safe), touching no memory shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            let none = std::ptr::null_mut::<libc::c_void>();
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, none, none) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("spawn the child");
     let mut child = KillOnDrop(child);
     let pid = child.0.id();
     let deadline = Instant::now() + Duration::from_secs(30);
