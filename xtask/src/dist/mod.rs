@@ -127,7 +127,7 @@ pub fn run_dist(o: &Opts) -> Result<()> {
         let bin = build(arch)?;
         made.push(tarball::make(arch, &version, &bin, &docs)?);
         if o.deb {
-            let d = deb::make(arch, &bin, &docs)?;
+            let d = deb::make(arch, &bin)?;
             debs.push(d.clone());
             made.push(d);
         }
