@@ -292,6 +292,8 @@ fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
     assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok(), "readers are a known owner");
     mm.owners = vec![owner(OwnerKind::Task, "do_mremap+0x15c", 2, 3_000)];
     assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok(), "mremap (musl's realloc) writes mmap_lock");
+    mm.owners = vec![owner(OwnerKind::Task, "collapse_huge_page+0x34b", 2, 3_000)];
+    assert!(checks::mmap_blame(&profile(vec![mm.clone()])).is_ok(), "khugepaged writes mmap_lock");
     mm.owners = vec![owner(OwnerKind::Task, "pipe_write+0x5", 2, 3_000)];
     let elsewhere = checks::mmap_blame(&profile(vec![mm])).expect_err("not a writer path");
     assert!(elsewhere.contains("took it elsewhere"), "{elsewhere}");

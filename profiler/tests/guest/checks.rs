@@ -252,7 +252,9 @@ fn blame_of(what: &str, locks: &[&LockProfile], writer_paths: &[&str]) -> Check 
 /// `mmap_lock` waits blamed on their owners: the mmap/munmap writers (with
 /// a writer path in their acquire stack) or the page-faulting readers. The
 /// recording process's own allocator writes too (musl's realloc moves large
-/// blocks with mremap, and malloc may grow the heap with brk).
+/// blocks with mremap, and malloc may grow the heap with brk), and so does the
+/// kernel's khugepaged when it collapses the process's pages into a huge page
+/// (seen on 6.1: `collapse_huge_page <- hpage_collapse_scan_pmd <- khugepaged`).
 pub fn mmap_blame(p: &Profile) -> Check {
     const WRITERS: &[&str] = &[
         "vm_mmap_pgoff",
@@ -263,6 +265,7 @@ pub fn mmap_blame(p: &Profile) -> Check {
         "do_mremap",
         "__do_sys_mremap",
         "__do_sys_brk",
+        "collapse_huge_page",
     ];
     let locks: Vec<&LockProfile> = p.locks.iter().filter(|l| l.name.as_deref() == Some("mmap_lock")).collect();
     if locks.is_empty() {
