@@ -6,6 +6,11 @@
 /// The global userspace overrides before loading (`Config`).
 pub const CONFIG: &str = "CONFIG";
 
+/// The global holding the address of the kernel's kretprobe trampoline
+/// (`__kretprobe_trampoline`, `arch_rethook_trampoline`), set on arm64: a
+/// link register holding it was rewritten by another tool's kretprobe.
+pub const KRETPROBE_TRAMPOLINE: &str = "KRETPROBE_TRAMPOLINE";
+
 /// Map names.
 pub mod map {
     /// Ring buffer of records.

@@ -1,4 +1,4 @@
-//! Every map of the object and the `CONFIG` global. Names are the
+//! Every map of the object and the `CONFIG` and `KRETPROBE_TRAMPOLINE` globals. Names are the
 //! identifiers; userspace spells them through `profiler_common::names`, and
 //! a profiler unit test checks that both agree.
 
@@ -18,6 +18,10 @@ use profiler_common::{
 /// Filters and knobs, written by userspace before load.
 #[unsafe(no_mangle)]
 pub static CONFIG: Global<Config> = Global::new(Config::DEFAULT);
+
+/// The kernel's kretprobe trampoline (0 where userspace did not look it up).
+#[unsafe(no_mangle)]
+pub static KRETPROBE_TRAMPOLINE: Global<u64> = Global::new(0);
 
 /// Records for userspace.
 #[map]

@@ -5,7 +5,10 @@ use aya_ebpf::bindings::BPF_F_USER_STACK;
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_task, bpf_get_stack, bpf_probe_read_kernel},
-    programs::tracing::StackIdContext,
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext,
+        tracing::StackIdContext,
+    },
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
@@ -19,6 +22,42 @@ use crate::{
     maps::{STACK_BUDGET, STACK_CACHE, STACK_SCRATCH, STACKS, USER_STACK_SCRATCH, USER_STACKS},
     ringbuf,
 };
+
+/// A program's context, and the frame a kernel stack walk from it misses.
+pub trait WalkContext: StackIdContext {
+    /// The probed function's return address, when the program runs at the
+    /// function's entry and the kernel's walk from there does not report it:
+    /// on arm64 the caller is still only in the link register, and the walk
+    /// from a kprobe's registers goes from the probed function straight to
+    /// its caller's caller (6.1: `queued_write_lock_slowpath` called from an
+    /// `_raw_write_lock_irq` inlined into `__arm64_sys_setpgid` walked as
+    /// `queued_write_lock_slowpath, invoke_syscall`). 0 when nothing is missed.
+    #[inline(always)]
+    fn entry_return(&self) -> u64 {
+        0
+    }
+}
+
+impl WalkContext for TracePointContext {}
+impl WalkContext for BtfTracePointContext {}
+impl WalkContext for FEntryContext {}
+impl WalkContext for FExitContext {}
+impl WalkContext for RetProbeContext {}
+
+impl WalkContext for ProbeContext {
+    #[cfg(bpf_target_arch = "aarch64")]
+    #[inline(always)]
+    fn entry_return(&self) -> u64 {
+        // SAFETY: a kprobe's context is the probed task's `struct pt_regs`;
+        // the verifier allows aligned 8-byte loads inside it. x30 is the link
+        // register, the return address at a function's first instruction.
+        let lr = unsafe { core::ptr::read_volatile(&(*self.regs).regs[30]) };
+        // A kretprobe registered after this kprobe (another session's, another
+        // tool's) ran first and parked the real return address where only
+        // the kernel finds it: the caller stays unknown rather than wrong.
+        if lr == crate::maps::KRETPROBE_TRAMPOLINE.load() { 0 } else { lr }
+    }
+}
 
 /// `-EEXIST`: another CPU stored the same stack first.
 const EEXIST: i64 = 17;
@@ -135,22 +174,32 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
 }
 
 /// Walks the kernel stack and stores it; its id, or why there is none.
+/// A frame the walk misses ([`WalkContext::entry_return`]) is put back in
+/// second place, after the probed function.
 #[inline(always)]
-pub(crate) fn capture<C: StackIdContext>(ctx: &C) -> StackId {
+pub(crate) fn capture<C: WalkContext>(ctx: &C) -> StackId {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
         return failed(ctx, counter::STACK_FAILED, "stack scratch lookup", -7);
     };
     // SAFETY: this CPU's scratch slot from a successful lookup, valid for the
     // map's lifetime; programs on one CPU do not nest (the BUSY guard).
     let buf: &mut StoredStack = unsafe { &mut *buf };
-    let size = core::mem::size_of_val(&buf.ips) as u32;
-    // SAFETY: `buf.ips` is `size` writable bytes of map memory; the context
-    // pointer is the program's own.
-    let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().cast(), size, 0) };
+    let ret = ctx.entry_return();
+    let skip = usize::from(ret != 0);
+    let size = (core::mem::size_of_val(&buf.ips) - skip * 8) as u32;
+    // SAFETY: from `skip` (0 or 1) on, `buf.ips` has `size` writable bytes of
+    // map memory; the context pointer is the program's own.
+    let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().add(skip).cast(), size, 0) };
     if n < 0 {
         return failed(ctx, counter::STACK_FAILED, "bpf_get_stack", n);
     }
-    let nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
+    let mut nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
+    if skip == 1 && nr > 0 {
+        // [_, probed function, caller's caller, ...] -> [probed function, caller, caller's caller, ...]
+        buf.ips[0] = buf.ips[1];
+        buf.ips[1] = ret;
+        nr = (nr + 1).min(MAX_STACK_DEPTH as u64);
+    }
     buf.nr = nr;
     let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr);
     if STACKS.get_ptr(id).is_some() {
@@ -247,7 +296,7 @@ pub fn user_stack_for<C: StackIdContext>(
 /// this CPU for the same lock and flags, else [`STACK_SKIPPED`]. Both
 /// outcomes are counted.
 #[inline(always)]
-pub fn stack_for<C: StackIdContext>(
+pub fn stack_for<C: WalkContext>(
     ctx: &C,
     cfg: &Config,
     now: u64,

@@ -5,7 +5,6 @@ use aya_ebpf::{
     EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_task_btf, bpf_ktime_get_ns},
-    programs::tracing::StackIdContext,
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
@@ -21,7 +20,7 @@ use crate::{
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
     owners::{note_acquired, note_holder, owner_comm, owner_of},
     ringbuf,
-    stack::{self, stack_for},
+    stack::{self, WalkContext, stack_for},
 };
 
 /// Starts (or merges into) a wait in `slot`; returns true if the caller
@@ -103,7 +102,7 @@ fn task_running(cfg: &Config) -> bool {
 // Inserting by reference: a by-value argument would be copied to the
 // stack first, and the stack is what this function is short of.
 #[allow(clippy::needless_borrows_for_generic_args)]
-pub fn on_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
+pub fn on_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
     let cfg = config();
     if lock_addr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
         return Ok(0);
@@ -261,7 +260,7 @@ fn unmatched_end() {
 
 /// A wait ends (`contention_end`).
 #[inline(always)]
-pub fn on_end<C: StackIdContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
+pub fn on_end<C: WalkContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     let ids = Ids::current();
     if let Some(mut pending) = take_pending(lock_addr, ids.tid, task_key(ids.tid, ids.cpu)) {
         restack_long(ctx, &mut pending);
@@ -277,7 +276,7 @@ pub fn on_end<C: StackIdContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
 /// mutex wait goes to sleep, in `on_begin`: kernels before 6.2 refuse the
 /// begin programs' frames with one more call, 544 of 512 bytes on 6.1.)
 #[inline(always)]
-fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait) {
+fn restack_long<C: WalkContext>(ctx: &C, p: &mut PendingWait) {
     if p.stack_id != STACK_SKIPPED {
         return;
     }
@@ -295,7 +294,7 @@ fn restack_long<C: StackIdContext>(ctx: &C, p: &mut PendingWait) {
 /// program's own frame. (The user stack is not retaken: it keeps its
 /// reason.)
 #[inline(never)]
-fn late_stack<C: StackIdContext>(ctx: &C) -> StackId {
+fn late_stack<C: WalkContext>(ctx: &C) -> StackId {
     count(counter::STACKS_LATE);
     stack::capture(ctx)
 }
@@ -404,7 +403,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
 /// slowpaths run with preemption disabled (their lock's fast path disabled
 /// it), so their per-CPU nesting depth is exact.
 #[inline(always)]
-pub fn probe_begin<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
+pub fn probe_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
     if is_spinning(flags) {
         let depth = SPIN_DEPTH.get_ptr_mut(0).ok_or(0u32)?;
         // SAFETY: this CPU's slot; preemption is disabled on this path.

@@ -5,7 +5,7 @@ use aya_ebpf::{
     EbpfContext,
     helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{fentry, fexit, kprobe, kretprobe},
-    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext, tracing::StackIdContext},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use aya_log_ebpf::warn;
 use profiler_common::{EVENT_YIELD, YieldEvent, YieldStart, counter};
@@ -14,13 +14,13 @@ use crate::{
     context::{Ids, cgroup, config, count, guarded, wanted},
     maps::YIELD_PENDING,
     ringbuf,
-    stack::stack_for,
+    stack::{WalkContext, stack_for},
 };
 
 /// `yield_to` entered: remember when, the caller stack and the target's
 /// identity (read through the BTF offsets) for the return.
 #[inline(always)]
-fn yield_entry<C: StackIdContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, u32> {
+fn yield_entry<C: WalkContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, u32> {
     let ids = Ids::current();
     let cfg = config();
     if !wanted(&cfg, ids.tgid) || cgroup(&cfg).is_none() {

@@ -103,8 +103,10 @@ pub(super) fn load_object(
         self_tgid: std::process::id(),
         ..opts.config
     };
+    let trampoline = super::probes::kretprobe_trampoline();
     let ebpf = EbpfLoader::new()
         .override_global(names::CONFIG, &config, true)
+        .override_global(names::KRETPROBE_TRAMPOLINE, &trampoline, true)
         .map_max_entries(map::EVENTS, opts.ringbuf_bytes)
         .map_max_entries(map::STACKS, opts.stack_entries)
         // The user stack map costs ~1 KiB per entry: sized only when used.
@@ -169,7 +171,8 @@ mod tests {
         #[cfg(feature = "bench")]
         let want: BTreeSet<&str> = want.into_iter().chain([profiler_common::names::floor::MAP]).collect();
         assert_eq!(maps, want, "maps in the object vs profiler_common::names::map::ALL");
-        // The global is a symbol of a data section, which aya overrides by name.
+        // The globals are symbols of a data section, which aya overrides by name
+        // (must exist: loading fails without them).
         assert!(
             obj.maps.keys().any(|m| m.starts_with(".rodata") || m.starts_with(".data")),
             "no data section for CONFIG"

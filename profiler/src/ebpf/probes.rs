@@ -203,21 +203,44 @@ pub(super) fn unload_named(ebpf: &mut Ebpf, names: impl IntoIterator<Item = &'st
     }
 }
 
+/// `(address, kind, name)` of the kernel's own symbols in /proc/kallsyms
+/// text (module symbols, which carry a fourth `[module]` field, left out).
+fn kernel_symbols(text: &str) -> impl Iterator<Item = (&str, &str, &str)> {
+    text.lines().filter_map(|l| {
+        let mut it = l.split_whitespace();
+        let symbol = (it.next()?, it.next()?, it.next()?);
+        it.next().is_none().then_some(symbol)
+    })
+}
+
 /// Text symbols whose names carry a compiler suffix (`name.constprop.0`,
 /// `name.isra.0`), read from /proc/kallsyms once per process.
 fn suffixed_symbols() -> &'static [String] {
     static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
-        std::fs::read_to_string("/proc/kallsyms")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                let (_, kind, name) = (it.next()?, it.next()?, it.next()?);
-                (matches!(kind, "t" | "T") && name.contains('.') && it.next().is_none()).then(|| name.to_string())
-            })
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        kernel_symbols(&text)
+            .filter(|(_, kind, name)| matches!(*kind, "t" | "T") && name.contains('.'))
+            .map(|(_, _, name)| name.to_string())
             .collect()
     })
+}
+
+/// Names of the kernel's kretprobe trampoline, by kernel version.
+const KRETPROBE_TRAMPOLINES: &[&str] = &["arch_rethook_trampoline", "__kretprobe_trampoline", "kretprobe_trampoline"];
+
+/// Address of the kernel's kretprobe trampoline, on arm64 (the kprobe entry
+/// programs read the caller from the link register, which a kretprobe
+/// registered later rewrites to it); 0 elsewhere or when kallsyms hides it.
+pub fn kretprobe_trampoline() -> u64 {
+    if !cfg!(target_arch = "aarch64") {
+        return 0;
+    }
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    kernel_symbols(&text)
+        .find(|(_, _, name)| KRETPROBE_TRAMPOLINES.contains(name))
+        .and_then(|(addr, _, _)| u64::from_str_radix(addr, 16).ok())
+        .unwrap_or(0)
 }
 
 /// The kallsyms name of `func` when the compiler only left a suffixed clone

@@ -12,6 +12,10 @@ const INTERNAL_NAMES: &[&str] = &[
     "lock_acquire",
     "trace_call_bpf",
     "kvm_wait",
+    // Where a kretprobe parks a probed function's return.
+    "__kretprobe_trampoline",
+    "kretprobe_trampoline",
+    "arch_rethook_trampoline",
 ];
 
 /// Prefixes of locking, scheduling and tracing internals.

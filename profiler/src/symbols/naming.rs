@@ -24,6 +24,13 @@ pub const TASKLIST_CALLERS: &[&str] = &[
     "__do_sys_setpriority",
     "__x64_sys_getpriority",
     "__x64_sys_setpriority",
+    // arm64's syscall wrappers, into which the system call's body is inlined.
+    "__arm64_sys_getpriority",
+    "__arm64_sys_setpriority",
+    "__arm64_sys_setpgid",
+    "__arm64_sys_kill",
+    "__arm64_sys_getsid",
+    "__arm64_sys_setsid",
     "exit_ptrace",
     "forget_original_parent",
     "ptrace_attach",
@@ -245,6 +252,14 @@ mod tests {
         assert_eq!(n.name.as_deref(), Some("tasklist_lock"));
         assert_eq!(n.source, Some(NameSource::Inferred));
         assert_eq!(n.class, "rwlock @ copy_process");
+    }
+
+    #[test]
+    fn arm64_syscall_wrappers_name_tasklist_lock() {
+        // arm64 6.1: setpgid's body inlined into its wrapper (seen in the guest).
+        let c = callers(&[("__arm64_sys_setpgid", 694)]);
+        let n = name_lock(0xffff000000001000, LockType::Rwlock, None, &c, &Kallsyms::default(), None);
+        assert_eq!(n.name.as_deref(), Some("tasklist_lock"));
     }
 
     #[test]
