@@ -99,12 +99,17 @@ enum Cmd {
         /// An exact Debian kernel package, any suite and flavour (default: Debian stable's).
         #[arg(long, conflicts_with = "matrix")]
         kernel: Option<String>,
-        /// Every kernel of the matrix: 5.10, 6.1, the newest in backports, PREEMPT_RT.
+        /// The guests' architecture: x86_64 (default) or aarch64 (Debian's arm64 kernels under
+        /// qemu-system-aarch64); with --matrix, only that architecture's rows (default: both).
+        #[arg(long, value_name = "ARCH")]
+        arch: Option<String>,
+        /// Every kernel of the matrix: x86_64 5.10, 6.1, the newest in backports, PREEMPT_RT;
+        /// arm64 6.1 and the newest.
         #[arg(long)]
         matrix: bool,
-        /// Give up on one guest after this many seconds.
-        #[arg(long, default_value_t = 720)]
-        timeout: u64,
+        /// Give up on one guest after this many seconds [default: 720 on x86_64, 1080 on aarch64].
+        #[arg(long)]
+        timeout: Option<u64>,
         /// Only resolve every kernel package of every suite to its image and modules packages,
         /// from the package indices (no download, no boot); --matrix does this first.
         #[arg(long, conflicts_with_all = ["kernel", "matrix"])]
@@ -197,17 +202,19 @@ fn main() -> Result<()> {
             } else {
                 vm_test(vm::Opts {
                     kernel: None,
+                    arch: None,
                     matrix: true,
-                    timeout: std::time::Duration::from_secs(720),
+                    timeout: None,
                     check_packages: false,
                     filter: None,
                 })
             }
         }
-        Cmd::VmTest { kernel, matrix, timeout, check_packages, filter } => vm_test(vm::Opts {
+        Cmd::VmTest { kernel, arch, matrix, timeout, check_packages, filter } => vm_test(vm::Opts {
             kernel,
+            arch: arch.as_deref().map(dist::Arch::named).transpose()?,
             matrix,
-            timeout: std::time::Duration::from_secs(timeout),
+            timeout: timeout.map(std::time::Duration::from_secs),
             check_packages,
             filter,
         }),

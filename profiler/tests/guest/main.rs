@@ -290,6 +290,17 @@ fn yield_run(kind: ProbeKind) -> Result<(Profile, yields::VmmReport, u64), Strin
     })
 }
 
+/// Why this architecture has no VMM to drive: the test VMM runs a real-mode
+/// x86 guest that yields with x86's `KVM_HC_SCHED_YIELD` hypercall.
+fn vmm_missing() -> Option<String> {
+    (!cfg!(target_arch = "x86_64")).then(|| {
+        format!(
+            "the yield_to VMM drives x86 guests (real mode, KVM_HC_SCHED_YIELD): there is none for {}",
+            std::env::consts::ARCH
+        )
+    })
+}
+
 fn yield_trials(f: &Facts) -> Vec<Trial> {
     let mut out = Vec::new();
     for kind in ProbeKind::ALL {
@@ -298,7 +309,8 @@ fn yield_trials(f: &Facts) -> Vec<Trial> {
             ProbeKind::Fentry => f.fentry_missing(),
         }
         .or_else(|| f.release_missing(YIELD_FUNC))
-        .or_else(|| f.kvm.clone().err());
+        .or_else(|| f.kvm.clone().err())
+        .or_else(vmm_missing);
         let k = kind.name();
         out.push(trial(format!("yield_to::{k}"), missing, move || {
             let (p, vmm, traced) = yield_run(kind)?;

@@ -11,7 +11,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::packages::Index;
-use crate::util::{output, run};
+use crate::{
+    dist::Arch,
+    util::{output, run},
+};
 
 /// A Debian suite (with its security suite where it has one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +37,7 @@ pub const SUITES: &[Suite] = &[
     Suite { name: "bookworm-backports", dists: &[(DEBIAN, "bookworm-backports")] },
 ];
 
-/// A private apt state for one suite.
+/// A private apt state for one suite and one architecture.
 pub struct Apt {
     dir: PathBuf,
     /// The suite.
@@ -42,9 +45,10 @@ pub struct Apt {
 }
 
 impl Apt {
-    /// The state of `suite` under `root`, created and updated once per run.
-    pub fn open(root: &Path, suite: Suite) -> Result<Apt> {
-        let dir = root.join(suite.name);
+    /// The state of `suite` for `arch`'s packages under `root`, created and
+    /// updated once per run.
+    pub fn open(root: &Path, suite: Suite, arch: Arch) -> Result<Apt> {
+        let dir = root.join(format!("{}-{}", suite.name, arch.deb));
         for d in ["lists/partial", "cache/archives/partial", "debs"] {
             std::fs::create_dir_all(dir.join(d)).with_context(|| format!("creating {}", dir.join(d).display()))?;
         }
@@ -65,7 +69,9 @@ impl Apt {
              Acquire::Languages \"none\";\nAcquire::IndexTargets::deb::DEP-11::DefaultEnabled \"false\";\n\
              Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled \"false\";\n\
              Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled \"false\";\n\
-             Acquire::IndexTargets::deb::Contents-deb::DefaultEnabled \"false\";\nAPT::Sandbox::User \"root\";\n"
+             Acquire::IndexTargets::deb::Contents-deb::DefaultEnabled \"false\";\nAPT::Sandbox::User \"root\";\n\
+             APT::Architecture \"{deb}\";\nAPT::Architectures \"{deb}\";\n",
+            deb = arch.deb
         );
         std::fs::write(dir.join("apt.conf"), conf)?;
         let apt = Apt { dir, suite };
@@ -74,7 +80,7 @@ impl Apt {
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().is_ok_and(|e| e.as_secs() < 6 * 3600));
         if !fresh {
-            eprintln!("xtask: apt-get update ({})", suite.name);
+            eprintln!("xtask: apt-get update ({}, {})", suite.name, arch.deb);
             run(apt.cmd("apt-get").args(["update", "-qq"]))
                 .with_context(|| format!("apt-get update for {} (private state {})", suite.name, apt.dir.display()))?;
             std::fs::write(stamp, "")?;

@@ -1,6 +1,7 @@
 //! One guest boot: an initramfs of busybox, the static lockprof, the guest
-//! test binary, the yield_to VMM and the kernel's own KVM modules; QEMU
-//! (TCG) boots it and the console is captured line by line.
+//! test binary, the yield_to VMM (x86_64) and the kernel's own KVM modules;
+//! QEMU (TCG: `qemu-system-x86_64`, or `qemu-system-aarch64 -machine virt`
+//! for arm64) boots it and the console is captured line by line.
 
 use std::{
     io::{BufRead, BufReader},
@@ -15,22 +16,33 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::util::run;
+use crate::{
+    dist::{AARCH64, Arch},
+    util::run,
+};
 
-/// The binaries the guest runs.
+/// The binaries the guest runs, all static and for the guest's architecture.
 pub struct Binaries {
+    /// The architecture.
+    pub arch: Arch,
+    /// busybox (the guest's shell and tools).
+    pub busybox: PathBuf,
     /// Static lockprof (doctor --json).
     pub lockprof: PathBuf,
     /// Static guest test binary (libtest-mimic harness).
     pub tests: PathBuf,
-    /// Static yield_to VMM.
-    pub vmm: PathBuf,
+    /// Static yield_to VMM (x86_64 only: it runs a real-mode x86 guest and
+    /// makes x86's `KVM_HC_SCHED_YIELD` hypercall).
+    pub vmm: Option<PathBuf>,
     /// Static C workload with known user frames (`profiler/tests/data/ustack/lockprof_test.c`).
     pub workload: PathBuf,
 }
 
-/// The KVM modules of the guest kernel, dependencies resolved by the caller.
-pub const KVM_MODULES: &[&str] = &["kvm-amd"];
+/// The KVM modules of `arch`'s guest kernel, dependencies resolved by the
+/// caller (Debian builds arm64's KVM into the kernel).
+pub fn kvm_modules(arch: Arch) -> &'static [&'static str] {
+    if arch == AARCH64 { &[] } else { &["kvm-amd"] }
+}
 
 /// What every guest does first: mount the pseudo file systems, say hello.
 const PRELUDE: &str = r#"#!/bin/busybox sh
@@ -62,7 +74,7 @@ for m in $(cat /modules/order); do
   insmod /modules/$m.ko 2>> /tmp/kvm-modules.log || echo "insmod $m failed" >> /tmp/kvm-modules.log
 done
 # Why KVM did not come up, in the kernel's words.
-[ -c /dev/kvm ] || dmesg | grep -i -E 'kvm|svm' | sed 's/^\[[ 0-9.]*\] //' | sort -u | tail -3 >> /tmp/kvm-modules.log
+[ -c /dev/kvm ] || dmesg | grep -i -E 'kvm|svm' | grep -v 'CPU features' | sed 's/^\[[ 0-9.]*\] //' | sort -u | tail -3 >> /tmp/kvm-modules.log
 sed 's/^/kvm-modules: /' /tmp/kvm-modules.log
 LOCKPROF_YIELD_VMM=/yield_vmm /guest --test-threads 1 --color never @FILTER@
 echo LOCKPROF-VM-EXIT=$?
@@ -98,15 +110,14 @@ pub fn initramfs(
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("bin"))?;
     std::fs::create_dir_all(root.join("modules"))?;
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .context("busybox not found")?;
-    std::fs::copy(&busybox, root.join("bin/busybox"))?;
+    std::fs::copy(&bins.busybox, root.join("bin/busybox"))?;
     std::fs::copy(&bins.lockprof, root.join("lockprof"))?;
     std::fs::copy(&bins.tests, root.join("guest"))?;
-    std::fs::copy(&bins.vmm, root.join("yield_vmm"))?;
+    let mut executables = String::from("init lockprof guest lockprof_test bin/busybox");
+    if let Some(vmm) = &bins.vmm {
+        std::fs::copy(vmm, root.join("yield_vmm"))?;
+        executables.push_str(" yield_vmm");
+    }
     std::fs::copy(&bins.workload, root.join("lockprof_test"))?;
     let mut order = String::new();
     for (name, bytes) in modules {
@@ -120,29 +131,49 @@ pub fn initramfs(
     }
     std::fs::write(root.join("init"), init(payload))?;
     let out = dir.join("initrd.gz");
-    let script = format!(
-        "chmod 755 init lockprof guest yield_vmm lockprof_test bin/busybox && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
-        out.display()
-    );
+    let script = format!("chmod 755 {executables} && find . | cpio -o -H newc --quiet | gzip -1 > '{}'", out.display());
     run(Command::new("sh").current_dir(&root).args(["-c", &script])).context("building the initramfs")?;
     Ok(out)
 }
 
-/// Boots `vmlinuz` with `initrd` under QEMU (TCG, 4 vCPUs) and returns the
-/// console's lines, each also echoed with `prefix`. Killed after `timeout`.
-pub fn boot(vmlinuz: &Path, initrd: &Path, timeout: Duration, prefix: &str) -> Result<Vec<String>> {
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg,thread=single", "-cpu", "max", "-m", "2G", "-smp", "4"])
+/// How long an `arch` guest may take, booting included. The guest test
+/// binary's budget (`profiler/tests/guest/until.rs`) fits inside it: keep both
+/// in step. arm64 under TCG sets up each session more slowly (its newest
+/// kernel's checks take ~580 s on this 2-CPU host when all pass).
+pub fn timeout(arch: Arch) -> Duration {
+    Duration::from_secs(if arch == AARCH64 { 1080 } else { 720 })
+}
+
+/// The QEMU that emulates `arch`, its machine options and the guest's console.
+pub fn qemu(arch: Arch) -> (&'static str, &'static [&'static str], &'static str) {
+    if arch == AARCH64 {
+        // `pauth-impdef`: pointer authentication with QEMU's cheap hash instead
+        // of QARMA, which TCG computes slowly on every signed return.
+        ("qemu-system-aarch64", &["-machine", "virt", "-cpu", "max,pauth-impdef=on"], "ttyAMA0")
+    } else {
+        ("qemu-system-x86_64", &["-cpu", "max"], "ttyS0")
+    }
+}
+
+/// Boots `vmlinuz` with `initrd` under QEMU (TCG, 4 vCPUs, one host thread)
+/// and returns the console's lines, each also echoed with `prefix`. Killed
+/// after `timeout`.
+pub fn boot(arch: Arch, vmlinuz: &Path, initrd: &Path, timeout: Duration, prefix: &str) -> Result<Vec<String>> {
+    let (program, machine, console) = qemu(arch);
+    let mut child = Command::new(program)
+        .args(["-accel", "tcg,thread=single", "-m", "2G", "-smp", "4"])
+        .args(machine)
         .args(["-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-kernel"])
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .arg("-append")
+        .arg(format!("console={console} panic=-1 quiet"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .context("starting qemu-system-x86_64")?;
+        .with_context(|| format!("starting {program}"))?;
     let stdout = child.stdout.take().context("qemu stdout")?;
     let done = Arc::new(AtomicBool::new(false));
     let pid = child.id() as i32;

@@ -17,37 +17,73 @@ use super::{
     apt::{Apt, SUITES},
     packages::Index,
 };
-use crate::util::run;
+use crate::{
+    dist::{AARCH64, ARCHES, Arch, X86_64},
+    util::run,
+};
 
-/// Which kernel to boot.
+/// Which kernel to boot, for which architecture.
 #[derive(Clone, Debug)]
 pub enum Spec {
-    /// The package a meta package (`linux-image-amd64`, `linux-image-rt-amd64`) of a suite names today.
+    /// The package a meta package (`linux-image-<arch>`, `linux-image-rt-<arch>`) of a suite names today.
     Meta {
         /// Short label for the summary.
         label: &'static str,
         /// Suite name.
         suite: &'static str,
-        /// Meta package.
-        meta: &'static str,
+        /// The meta package's flavour: `""` or `"rt-"`.
+        flavour: &'static str,
+        /// The kernel's architecture.
+        arch: Arch,
     },
     /// An exact kernel package name (any Debian suite the harness knows).
-    Package(String),
+    Package {
+        /// The package.
+        name: String,
+        /// Its architecture.
+        arch: Arch,
+    },
 }
 
 impl Spec {
-    /// The matrix: the oldest kernel Debian still ships, current stable, the
-    /// newest in backports, and the PREEMPT_RT flavour of the newest.
-    pub const MATRIX: [Spec; 4] = [
-        Spec::Meta { label: "5.10 (bullseye)", suite: "bullseye", meta: "linux-image-amd64" },
-        Spec::Meta { label: "6.1 (bookworm)", suite: "bookworm", meta: "linux-image-amd64" },
-        Spec::Meta { label: "newest (trixie-backports)", suite: "trixie-backports", meta: "linux-image-amd64" },
-        Spec::Meta { label: "PREEMPT_RT (trixie-backports)", suite: "trixie-backports", meta: "linux-image-rt-amd64" },
+    /// The matrix: on x86_64 the oldest kernel Debian still ships, current
+    /// stable, the newest in backports and the PREEMPT_RT flavour of the
+    /// newest; on arm64 current stable and the newest.
+    pub const MATRIX: [Spec; 6] = [
+        Spec::Meta { label: "5.10 (bullseye)", suite: "bullseye", flavour: "", arch: X86_64 },
+        Spec::Meta { label: "6.1 (bookworm)", suite: "bookworm", flavour: "", arch: X86_64 },
+        Spec::Meta { label: "newest (trixie-backports)", suite: "trixie-backports", flavour: "", arch: X86_64 },
+        Spec::Meta { label: "PREEMPT_RT (trixie-backports)", suite: "trixie-backports", flavour: "rt-", arch: X86_64 },
+        Spec::Meta { label: "arm64 6.1 (bookworm)", suite: "bookworm", flavour: "", arch: AARCH64 },
+        Spec::Meta { label: "arm64 newest (trixie-backports)", suite: "trixie-backports", flavour: "", arch: AARCH64 },
     ];
 
-    /// The default kernel: Debian stable's.
-    pub fn default_kernel() -> Spec {
-        Spec::MATRIX[1].clone()
+    /// The default kernel of `arch`: Debian stable's.
+    pub fn default_kernel(arch: Arch) -> Spec {
+        Spec::Meta { label: "6.1 (bookworm)", suite: "bookworm", flavour: "", arch }
+    }
+
+    /// An exact package; errs when its name says it is for another architecture.
+    pub fn package(name: &str, arch: Arch) -> Result<Spec> {
+        if let Some(other) = ARCHES.iter().find(|a| **a != arch && name.split('-').any(|part| part == a.deb)) {
+            bail!("{name} is an {} kernel: add --arch {}", other.deb, other.name);
+        }
+        Ok(Spec::Package { name: name.to_string(), arch })
+    }
+
+    /// The architecture the kernel is for.
+    pub fn arch(&self) -> Arch {
+        match self {
+            Spec::Meta { arch, .. } | Spec::Package { arch, .. } => *arch,
+        }
+    }
+
+    /// What the summary calls it.
+    pub fn label(&self) -> String {
+        match self {
+            Spec::Meta { label, .. } => label.to_string(),
+            Spec::Package { name, .. } => name.clone(),
+        }
     }
 }
 
@@ -155,20 +191,21 @@ fn fetch(apt: &Apt, index: &Index, pkg: &str, dir: &Path) -> Result<Kernel> {
 pub fn check_packages(root: &Path) -> Result<String> {
     let mut report = String::new();
     let mut failures = Vec::new();
-    for suite in SUITES {
-        let index = Apt::open(&root.join("apt"), *suite)?.index()?;
+    for (suite, arch) in SUITES.iter().flat_map(|s| ARCHES.map(|a| (s, a))) {
+        let index = Apt::open(&root.join("apt"), *suite, arch)?.index()?;
         let images = index.images();
         let (mut both, mut image_only) = (0, Vec::new());
         for img in &images {
             match index.plan(img) {
                 Ok(p) if p.modules.is_some() => both += 1,
                 Ok(_) => image_only.push(*img),
-                Err(e) => failures.push(format!("{}: {e}", suite.name)),
+                Err(e) => failures.push(format!("{} ({}): {e}", suite.name, arch.deb)),
             }
         }
         report.push_str(&format!(
-            "{}: {} kernel packages: {both} with image and modules, {} image only{}\n",
+            "{} ({}): {} kernel packages: {both} with image and modules, {} image only{}\n",
             suite.name,
+            arch.deb,
             images.len(),
             image_only.len(),
             if image_only.is_empty() {
@@ -188,10 +225,11 @@ pub fn check_packages(root: &Path) -> Result<String> {
 pub fn prepare(spec: &Spec, root: &Path) -> Result<Kernel> {
     let apt_root = root.join("apt");
     match spec {
-        Spec::Meta { suite, meta, .. } => {
+        Spec::Meta { suite, flavour, arch, .. } => {
             let suite = SUITES.iter().find(|s| s.name == *suite).with_context(|| format!("unknown suite {suite}"))?;
-            let apt = Apt::open(&apt_root, *suite)?;
+            let apt = Apt::open(&apt_root, *suite, *arch)?;
             let index = apt.index()?;
+            let meta = &format!("linux-image-{flavour}{}", arch.deb);
             let images = images_of(&apt, meta);
             if images.is_empty() {
                 bail!("{meta} in {} names no linux-image package", suite.name);
@@ -208,9 +246,9 @@ pub fn prepare(spec: &Spec, root: &Path) -> Result<Kernel> {
             }
             bail!("no kernel of {meta} ({}) could be fetched: {}", suite.name, errors.join("; "))
         }
-        Spec::Package(pkg) => {
+        Spec::Package { name: pkg, arch } => {
             for suite in SUITES {
-                let apt = Apt::open(&apt_root, *suite)?;
+                let apt = Apt::open(&apt_root, *suite, *arch)?;
                 let index = apt.index()?;
                 if index.has(pkg) {
                     return fetch(&apt, &index, pkg, &root.join("kernels").join(pkg));
@@ -304,6 +342,24 @@ pub fn module_order(modules: &Path, wanted: &[&str]) -> Result<Vec<(String, Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_package_of_another_architecture_names_the_option() {
+        let e = Spec::package("linux-image-6.1.0-57-arm64", X86_64).expect_err("arm64 kernel on x86_64");
+        assert_eq!(e.to_string(), "linux-image-6.1.0-57-arm64 is an arm64 kernel: add --arch aarch64");
+        let e = Spec::package("linux-image-6.1.0-57-cloud-amd64", AARCH64).expect_err("amd64 kernel on arm64");
+        assert!(e.to_string().ends_with("add --arch x86_64"), "{e}");
+        let ok = Spec::package("linux-image-6.1.0-57-arm64", AARCH64).expect("arm64 kernel on arm64");
+        assert_eq!((ok.arch(), ok.label()), (AARCH64, "linux-image-6.1.0-57-arm64".to_string()));
+    }
+
+    #[test]
+    fn the_matrix_has_both_architectures_and_defaults_are_stable() {
+        for arch in ARCHES {
+            assert!(Spec::MATRIX.iter().any(|s| s.arch() == arch), "{arch:?} has no matrix row");
+            assert!(matches!(Spec::default_kernel(arch), Spec::Meta { suite: "bookworm", .. }));
+        }
+    }
 
     #[test]
     fn modinfo_depends_are_read() {

@@ -6,7 +6,8 @@
  * Threads write to one pipe (its mutex is contended) from a chain of
  * functions whose names exist only here:
  *   raw:  lockprof_test_thread -> lockprof_test_loop -> lockprof_test_writer,
- *         which issues write(2) itself (inline syscall): the writer is the
+ *         which issues write(2) itself (inline syscall on x86_64 and
+ *         arm64): the writer is the
  *         innermost user frame, read from the syscall's saved ip.
  *   libc: lockprof_test_libc_thread -> lockprof_test_libc_loop ->
  *         lockprof_test_libc_writer -> glibc's write(), which sets up no
@@ -53,10 +54,21 @@ __attribute__((noinline)) long lockprof_test_writer(void)
 {
 	long ret;
 	/* write(fds[1], buf, 64) */
-	__asm__ volatile("syscall" /* LOCKPROF_SYSCALL */
+#if defined(__x86_64__)
+	__asm__ volatile("syscall"
 			 : "=a"(ret)
 			 : "0"(1L), "D"((long)fds[1]), "S"(buf), "d"(sizeof(buf))
 			 : "rcx", "r11", "memory");
+#elif defined(__aarch64__)
+	register long x8 __asm__("x8") = 64; /* __NR_write */
+	register long x0 __asm__("x0") = fds[1];
+	register long x1 __asm__("x1") = (long)buf;
+	register long x2 __asm__("x2") = sizeof(buf);
+	__asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+	ret = x0;
+#else
+#error "lockprof_test: no inline write(2) for this architecture"
+#endif
 	lockprof_test_count(ret);
 	return ret;
 }
