@@ -195,6 +195,14 @@ fn main() -> Result<()> {
         }
         Cmd::Test { no_lint, no_vm } => {
             test(no_lint)?;
+            // The release artifacts, made as `cargo xtask dist` makes them (both
+            // tarballs, both .debs through lintian, SHA256SUMS): a fresh machine
+            // proves it can. Root installs cargo-deb's and lintian's packages.
+            if is_root() {
+                dist::run_dist(&dist::Opts { arches: dist::ARCHES.to_vec(), deb: true })?;
+            } else {
+                eprintln!("xtask: not root: the release artifacts were not made (apt installs lintian)");
+            }
             dist_smoke(false)?;
             if no_vm {
                 eprintln!("xtask: --no-vm: the guest-kernel backend tests were not run");
