@@ -11,6 +11,7 @@ use profiler_common::names::prog;
 
 use super::attach_error::AttachError;
 pub use super::probe_kind::ProbeKind;
+use crate::symbols::KRETPROBE_TRAMPOLINES;
 
 /// A probed slowpath and the programs for it.
 pub struct WaitTarget {
@@ -213,41 +214,43 @@ fn kernel_symbols(text: &str) -> impl Iterator<Item = (&str, &str, &str)> {
     })
 }
 
-/// Text symbols whose names carry a compiler suffix (`name.constprop.0`,
-/// `name.isra.0`), read from /proc/kallsyms once per process.
-fn suffixed_symbols() -> &'static [String] {
-    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    NAMES.get_or_init(|| {
-        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-        kernel_symbols(&text)
-            .filter(|(_, kind, name)| matches!(*kind, "t" | "T") && name.contains('.'))
-            .map(|(_, _, name)| name.to_string())
-            .collect()
-    })
+/// What the probes need from /proc/kallsyms, read once per process (a
+/// doctor run loads several fresh objects).
+struct TextSymbols {
+    /// Text symbols whose names carry a compiler suffix (`name.constprop.0`, `name.isra.0`).
+    suffixed: Vec<String>,
+    /// The kretprobe trampoline's address (arm64 only; 0 elsewhere or hidden).
+    kretprobe_trampoline: u64,
 }
 
-/// Names of the kernel's kretprobe trampoline, by kernel version.
-const KRETPROBE_TRAMPOLINES: &[&str] = &["arch_rethook_trampoline", "__kretprobe_trampoline", "kretprobe_trampoline"];
+fn text_symbols() -> &'static TextSymbols {
+    static SYMBOLS: std::sync::OnceLock<TextSymbols> = std::sync::OnceLock::new();
+    SYMBOLS.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let mut out = TextSymbols { suffixed: Vec::new(), kretprobe_trampoline: 0 };
+        for (addr, kind, name) in kernel_symbols(&text) {
+            if matches!(kind, "t" | "T") && name.contains('.') {
+                out.suffixed.push(name.to_string());
+            } else if cfg!(target_arch = "aarch64") && KRETPROBE_TRAMPOLINES.contains(&name) {
+                out.kretprobe_trampoline = u64::from_str_radix(addr, 16).unwrap_or(0);
+            }
+        }
+        out
+    })
+}
 
 /// Address of the kernel's kretprobe trampoline, on arm64 (the kprobe entry
 /// programs read the caller from the link register, which a kretprobe
 /// registered later rewrites to it); 0 elsewhere or when kallsyms hides it.
 pub fn kretprobe_trampoline() -> u64 {
-    if !cfg!(target_arch = "aarch64") {
-        return 0;
-    }
-    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    kernel_symbols(&text)
-        .find(|(_, _, name)| KRETPROBE_TRAMPOLINES.contains(name))
-        .and_then(|(addr, _, _)| u64::from_str_radix(addr, 16).ok())
-        .unwrap_or(0)
+    text_symbols().kretprobe_trampoline
 }
 
 /// The kallsyms name of `func` when the compiler only left a suffixed clone
 /// of it (`rt_mutex_slowlock.constprop.0` on Debian's PREEMPT_RT kernels).
 fn suffixed_variant(func: &str) -> Option<&'static str> {
     let prefix = format!("{func}.");
-    suffixed_symbols().iter().find(|n| n.starts_with(&prefix)).map(String::as_str)
+    text_symbols().suffixed.iter().find(|n| n.starts_with(&prefix)).map(String::as_str)
 }
 
 /// Loads kprobe program `prog` (once: one program serves several functions)

@@ -12,11 +12,12 @@ const INTERNAL_NAMES: &[&str] = &[
     "lock_acquire",
     "trace_call_bpf",
     "kvm_wait",
-    // Where a kretprobe parks a probed function's return.
-    "__kretprobe_trampoline",
-    "kretprobe_trampoline",
-    "arch_rethook_trampoline",
 ];
+
+/// Names of the kernel's kretprobe trampoline (where a kretprobe parks a
+/// probed function's return), by kernel version.
+pub const KRETPROBE_TRAMPOLINES: &[&str] =
+    &["arch_rethook_trampoline", "__kretprobe_trampoline", "kretprobe_trampoline"];
 
 /// Prefixes of locking, scheduling and tracing internals.
 const INTERNAL_PREFIXES: &[&str] = &[
@@ -75,7 +76,9 @@ pub(crate) fn base_name(name: &str) -> &str {
 /// Whether a function (by name) belongs to the locking/tracing internals.
 pub fn is_lock_internal(name: &str) -> bool {
     let name = base_name(name);
-    INTERNAL_NAMES.contains(&name) || INTERNAL_PREFIXES.iter().any(|p| name.starts_with(p))
+    INTERNAL_NAMES.contains(&name)
+        || KRETPROBE_TRAMPOLINES.contains(&name)
+        || INTERNAL_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Whether a frame is tracing machinery that precedes the real stack (tp_btf).

@@ -270,8 +270,7 @@ pub fn run_vm(o: &Opts) -> Result<()> {
             "--filter {f:?}: a check name or part of one (letters, digits, _ and :)"
         );
     }
-    let mut arches: Vec<Arch> = specs.iter().map(Spec::arch).collect();
-    arches.dedup();
+    let arches: Vec<Arch> = dist::ARCHES.into_iter().filter(|a| specs.iter().any(|s| s.arch() == *a)).collect();
     guest_tools(&arches)?;
     // Each architecture's binaries, built before any guest boots.
     let mut bins = Vec::new();
