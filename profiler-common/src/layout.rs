@@ -89,6 +89,16 @@ pub struct Layout {
     pub task_real_parent: u32,
     /// `mm_struct.exe_file` (a child that exec'd has another one).
     pub mm_exe_file: u32,
+    /// `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn` and
+    /// `kernfs_node.id`: the current task's cgroup (v2) id read with plain
+    /// loads, as `bpf_get_current_cgroup_id` does behind a helper call.
+    pub task_cgroups: u32,
+    /// `css_set.dfl_cgrp`.
+    pub css_set_dfl_cgrp: u32,
+    /// `cgroup.kn`.
+    pub cgroup_kn: u32,
+    /// `kernfs_node.id`.
+    pub kernfs_node_id: u32,
     /// Reserved, zero.
     pub _pad: u32,
 }
@@ -133,6 +143,10 @@ impl Layout {
         rwbase_rtmutex: UNKNOWN_OFFSET,
         task_real_parent: UNKNOWN_OFFSET,
         mm_exe_file: UNKNOWN_OFFSET,
+        task_cgroups: UNKNOWN_OFFSET,
+        css_set_dfl_cgrp: UNKNOWN_OFFSET,
+        cgroup_kn: UNKNOWN_OFFSET,
+        kernfs_node_id: UNKNOWN_OFFSET,
         _pad: 0,
     };
 }
@@ -155,7 +169,7 @@ mod tests {
 
     #[test]
     fn layout_is_all_u32_and_unknown_by_default() {
-        assert_eq!(core::mem::size_of::<Layout>(), 38 * 4);
+        assert_eq!(core::mem::size_of::<Layout>(), 42 * 4);
         assert!(!known(Layout::default().task_mm));
         assert!(known(0));
     }

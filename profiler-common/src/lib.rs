@@ -47,5 +47,5 @@ pub use stack::{
 };
 pub use state::{
     ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT,
-    SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner, task_key,
+    SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner, stack_cache_index, task_key,
 };

@@ -114,6 +114,10 @@ pub mod prog {
     pub const END_BTF: &str = "contention_end_btf";
     /// `tracepoint/lock/contention_begin`.
     pub const BEGIN_TP: &str = "contention_begin_tp";
+    /// [`BEGIN_BTF`] built for kernels without `bpf_rdonly_cast` (before 6.2).
+    pub const BEGIN_BTF_V61: &str = "contention_begin_btf_v61";
+    /// [`BEGIN_TP`] built for kernels without `bpf_rdonly_cast` (before 6.2).
+    pub const BEGIN_TP_V61: &str = "contention_begin_tp_v61";
     /// `tracepoint/lock/contention_end`.
     pub const END_TP: &str = "contention_end_tp";
 
@@ -240,6 +244,8 @@ pub mod prog {
         END_BTF,
         BEGIN_TP,
         END_TP,
+        BEGIN_BTF_V61,
+        BEGIN_TP_V61,
         KP_MUTEX,
         KP_RWSEM_READ,
         KP_RWSEM_WRITE,

@@ -113,7 +113,7 @@ pub const MUTEX_SPIN_SLOT: u32 = 1;
 pub const SPIN_SLOTS: u32 = 2;
 
 /// An entry of the per-CPU stack cache (`STACK_CACHE`, indexed by
-/// `tid % STACK_CACHE_SLOTS`): the last stack captured for a thread on this
+/// [`stack_cache_index`]): the last stack captured for a thread on this
 /// CPU, reused when the budget is spent and the same thread waits again on
 /// the same lock with the same flags.
 #[repr(C)]
@@ -131,8 +131,17 @@ pub struct CachedStack {
     pub flags: u32,
 }
 
-/// Entries of the per-CPU stack cache.
-pub const STACK_CACHE_SLOTS: u32 = 16;
+/// Entries of the per-CPU stack cache (a power of two).
+pub const STACK_CACHE_SLOTS: u32 = 64;
+
+/// The stack cache slot of thread `tid`'s waits with `flags`: a thread's
+/// first spins and its sleeping waits on one mutex (different flags, both
+/// frequent under a storm) keep separate entries instead of evicting each
+/// other.
+#[inline(always)]
+pub const fn stack_cache_index(tid: u32, flags: u32) -> u32 {
+    (tid ^ flags.rotate_left(16)).wrapping_mul(0x9E37_79B1) >> (32 - STACK_CACHE_SLOTS.trailing_zeros())
+}
 
 /// Per-CPU stack budget state.
 #[repr(C)]
@@ -218,6 +227,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<Holder>(), 16);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u64::MAX) < ACQUIRED_SLOTS);
         assert_eq!(core::mem::size_of::<CachedStack>(), 32);
+        assert!(STACK_CACHE_SLOTS.is_power_of_two());
+        assert!((0..1000u32).all(|t| stack_cache_index(t, u32::MAX) < STACK_CACHE_SLOTS));
+        assert_ne!(stack_cache_index(4242, 0x21), stack_cache_index(4242, 0x1), "a mutex's spin and sleep entries");
         assert_eq!(core::mem::size_of::<YieldStart>(), 48);
         assert_eq!(core::mem::size_of::<HoldKey>(), 16);
         assert_eq!(core::mem::size_of::<HoldStart>(), 32);

@@ -15,9 +15,20 @@ use crate::{
 
 #[btf_tracepoint(function = "contention_begin")]
 pub fn contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
+    begin_btf::<true>(&ctx)
+}
+
+/// `contention_begin_btf` for kernels before 6.2 (see `waits::on_begin`).
+#[btf_tracepoint(function = "contention_begin")]
+pub fn contention_begin_btf_v61(ctx: BtfTracePointContext) -> i32 {
+    begin_btf::<false>(&ctx)
+}
+
+#[inline(always)]
+fn begin_btf<const MODERN: bool>(ctx: &BtfTracePointContext) -> i32 {
     let lock: u64 = ctx.arg(0);
     let flags: u32 = ctx.arg(1);
-    match guarded(|| on_begin(&ctx, lock, flags, true)) {
+    match guarded(|| on_begin::<_, MODERN>(ctx, lock, flags, true)) {
         Ok(r) | Err(r) => r as i32,
     }
 }
@@ -32,19 +43,28 @@ pub fn contention_end_btf(ctx: BtfTracePointContext) -> i32 {
 
 #[tracepoint(category = "lock", name = "contention_begin")]
 pub fn contention_begin_tp(ctx: TracePointContext) -> u32 {
-    match try_contention_begin_tp(&ctx) {
+    match try_contention_begin_tp::<true>(&ctx) {
         Ok(r) | Err(r) => r,
     }
 }
 
-fn try_contention_begin_tp(ctx: &TracePointContext) -> Result<u32, u32> {
-    let tp = config().tp;
+/// `contention_begin_tp` for kernels before 6.2 (see `waits::on_begin`).
+#[tracepoint(category = "lock", name = "contention_begin")]
+pub fn contention_begin_tp_v61(ctx: TracePointContext) -> u32 {
+    match try_contention_begin_tp::<false>(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[inline(always)]
+fn try_contention_begin_tp<const MODERN: bool>(ctx: &TracePointContext) -> Result<u32, u32> {
+    let tp = &config().tp;
     // SAFETY: offsets come from the tracepoint's format file (or its
     // documented default layout); read_at bounds-checks through the helper.
     let lock: u64 = unsafe { ctx.read_at(tp.begin_lock as usize) }.map_err(|_| 0u32)?;
     // SAFETY: as above.
     let flags: u32 = unsafe { ctx.read_at(tp.begin_flags as usize) }.map_err(|_| 0u32)?;
-    guarded(|| on_begin(ctx, lock, flags, false))
+    guarded(|| on_begin::<_, MODERN>(ctx, lock, flags, false))
 }
 
 #[tracepoint(category = "lock", name = "contention_end")]

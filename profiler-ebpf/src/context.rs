@@ -11,10 +11,13 @@
 
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
+        bpf_probe_read_kernel,
+    },
     programs::FEntryContext,
 };
-use profiler_common::{Config, counter};
+use profiler_common::{Config, KFUNC_RDONLY_CAST, counter, known};
 
 use crate::maps::{BUSY, CGROUP_FILTER, CONFIG, COUNTERS, TGID_FILTER};
 
@@ -95,13 +98,19 @@ pub fn wanted(cfg: &Config, tgid: u32) -> bool {
 
 /// The current task's cgroup (v2 id) when the configuration records or
 /// filters by cgroup, else 0; `None` when the `--cgroup` filter rejects it.
+/// `LOADS`: may read it with plain loads (see [`current_cgroup_id`]); else
+/// the helper.
 #[inline(always)]
-pub fn cgroup(cfg: &Config) -> Option<u64> {
+pub fn cgroup<const LOADS: bool>(cfg: &Config) -> Option<u64> {
     if cfg.cgroups | cfg.filter_cgroup == 0 {
         return Some(0);
     }
-    // SAFETY: helper without preconditions.
-    let id = unsafe { bpf_get_current_cgroup_id() };
+    let id = if LOADS {
+        current_cgroup_id(cfg)
+    } else {
+        // SAFETY: helper without preconditions.
+        unsafe { bpf_get_current_cgroup_id() }
+    };
     // SAFETY: the value is a plain u8 and is only read.
     if cfg.filter_cgroup != 0 && unsafe { CGROUP_FILTER.get(id) }.is_none() {
         return None;
@@ -109,9 +118,76 @@ pub fn cgroup(cfg: &Config) -> Option<u64> {
     Some(if cfg.cgroups != 0 { id } else { 0 })
 }
 
-/// The configuration userspace wrote before loading.
+/// The current task's cgroup (v2) id: `task->cgroups->dfl_cgrp->kn->id`
+/// with plain BTF-typed loads where the kernel allows them (6.2+, the same
+/// gate as `bpf_rdonly_cast`), which costs less on the begin path than the
+/// helper's call and RCU bookkeeping (the program already runs in an RCU
+/// read-side section); else `bpf_get_current_cgroup_id`.
 #[inline(always)]
-pub fn config() -> Config {
+fn current_cgroup_id(cfg: &Config) -> u64 {
+    let l = &cfg.layout;
+    if cfg.kfuncs & KFUNC_RDONLY_CAST != 0
+        && known(l.task_cgroups)
+        && known(l.css_set_dfl_cgrp)
+        && known(l.cgroup_kn)
+        && known(l.kernfs_node_id)
+    {
+        // SAFETY: helper without preconditions; never null in task context.
+        let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+        // SAFETY: each pointer is BTF-typed (the current task, then members
+        // the verifier types from this kernel's BTF: offsets are load-time
+        // constants of frozen read-only data), loaded by the verifier's
+        // fault-safe BTF loads and checked for null before the next one.
+        unsafe {
+            let css = ptr_at(task, l.task_cgroups);
+            let cgrp = ptr_at(css, l.css_set_dfl_cgrp);
+            let kn = ptr_at(cgrp, l.cgroup_kn);
+            if !kn.is_null() {
+                return core::ptr::read_volatile(kn.wrapping_add(l.kernfs_node_id as usize) as *const u64);
+            }
+        }
+    }
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_get_current_cgroup_id() }
+}
+
+/// The pointer member at `off` of the BTF-typed object at `base` (null
+/// stays null).
+///
+/// # Safety
+/// `base` is null or a BTF-typed pointer the verifier tracks, and `off` the
+/// offset of a pointer member of its type.
+#[inline(always)]
+unsafe fn ptr_at(base: *const u8, off: u32) -> *const u8 {
+    if base.is_null() {
+        return base;
+    }
+    // SAFETY: per the function's contract.
+    unsafe { core::ptr::read_volatile(base.wrapping_add(off as usize) as *const *const u8) }
+}
+
+/// The configuration userspace wrote before loading, read field by field
+/// where it is used. Not a copy: `Global::load` copied the whole `Config`
+/// (240 bytes: ~58 loads, most spilled to the BPF stack) at each call. The
+/// pointer is laundered through a volatile read so the compiler cannot fold
+/// the fields to the object's defaults; the verifier still sees each load as
+/// one from a frozen read-only map, a known constant, and prunes the branches
+/// it decides.
+#[inline(always)]
+pub fn config() -> &'static Config {
+    let p = core::ptr::addr_of!(CONFIG).cast::<Config>();
+    // SAFETY: a read of a local; `Global` is `repr(transparent)` over a
+    // `MaybeUninit<Config>` the loader always initialises, and the map is
+    // read-only to programs, so the shared reference is never written
+    // through while it lives.
+    unsafe { &*core::ptr::read_volatile(&p) }
+}
+
+/// A copy of the whole configuration (240 bytes, mostly spilled to the BPF
+/// stack): the begin programs built for kernels before 6.2 (see
+/// `waits::on_begin`).
+#[inline(always)]
+pub fn config_copy() -> Config {
     CONFIG.load()
 }
 

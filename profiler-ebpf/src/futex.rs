@@ -161,7 +161,7 @@ fn recorded(cfg: &Config, uaddr: u64, flags: u32, ids: Ids) -> Option<u64> {
     if ids.tgid == cfg.self_tgid || !wanted(cfg, ids.tgid) {
         return None;
     }
-    cgroup(cfg)
+    cgroup::<true>(cfg)
 }
 
 /// A futex wait begins: it continues the thread's open contention on the
@@ -185,7 +185,7 @@ fn wait(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Result<u3
 fn wait_continues(ctx: &TracePointContext, uaddr: u64, flags: u32) -> bool {
     let cfg = config();
     let ids = Ids::current();
-    if recorded(&cfg, uaddr, flags, ids).is_none() {
+    if recorded(cfg, uaddr, flags, ids).is_none() {
         return true;
     }
     count(counter::FUTEX_WAITS);
@@ -214,7 +214,7 @@ fn wait_continues(ctx: &TracePointContext, uaddr: u64, flags: u32) -> bool {
 fn wait_begin(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Result<u32, u32> {
     let cfg = config();
     let ids = Ids::current();
-    let Some(cgroup_id) = recorded(&cfg, uaddr, flags, ids) else {
+    let Some(cgroup_id) = recorded(cfg, uaddr, flags, ids) else {
         return Ok(0);
     };
     // SAFETY: helper without preconditions.
@@ -236,7 +236,7 @@ fn wait_begin(ctx: &TracePointContext, uaddr: u64, flags: u32, lll: bool) -> Res
     st.exit_ns = 0;
     st.total_ns = 0;
     st.stack_id = STACK_USER_LOCK;
-    st.user_stack_id = user_stack_for(ctx, &cfg, now, uaddr, flags, (ids.tid, ids.tgid));
+    st.user_stack_id = user_stack_for(ctx, cfg, now, uaddr, flags, (ids.tid, ids.tgid));
     st.cgroup_id = cgroup_id;
     st.flags = flags;
     st.tgid = ids.tgid;

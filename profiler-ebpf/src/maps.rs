@@ -46,7 +46,7 @@ pub static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entrie
 #[map]
 pub static NEW_WAIT: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(1, 0);
 
-/// The last stack captured per thread slot (`tid % STACK_CACHE_SLOTS`) on
+/// The last stack captured per (thread, flags) slot (`stack_cache_index`) on
 /// this CPU, reused when the stack budget is spent.
 #[map]
 pub static STACK_CACHE: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(STACK_CACHE_SLOTS, 0);

@@ -169,6 +169,44 @@ pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
     o
 }
 
+/// The owner word of mutex `lock`, read as early as a waiter's first
+/// optimistic spin allows (the waiter's failed fast path has just fetched its
+/// line): through `bpf_rdonly_cast`, a plain load; 0 where the kernel lacks
+/// the kfunc (the probe-read path costs a helper call and stack the begin
+/// program does not have on 6.1), the layout is unknown or owners are off.
+#[inline(always)]
+pub fn mutex_word(cfg: &Config, lock: u64) -> u64 {
+    let off = cfg.layout.mutex_owner;
+    if cfg.owners == 0 || cfg.task.pid == 0 || !known(off) {
+        return 0;
+    }
+    let typed = rdonly(cfg, lock, cfg.layout.btf_mutex);
+    if typed == 0 {
+        return 0;
+    }
+    // SAFETY: a BTF-typed pointer from bpf_rdonly_cast (see `load`); the
+    // offset is a load-time constant from this kernel's BTF.
+    unsafe { core::ptr::read_volatile((typed as *const u8).wrapping_add(off as usize) as *const u64) }
+}
+
+/// Who held the mutex whose owner word [`mutex_word`] read at a first spin:
+/// the owner's ids only. The owner's acquire stack is found when the wait
+/// ends ([`swap_acquired`]), from the acquisition entry the waiter's own
+/// acquisition replaces. A word of 0 (released before the look, or not read)
+/// is an unknown owner.
+#[inline(always)]
+pub fn spin_owner(cfg: &Config, word: u64) -> Owner {
+    let mut o = Owner { stack_id: STACK_SKIPPED, ..Owner::default() };
+    let task = word & !MUTEX_FLAGS;
+    if task == 0 {
+        return o;
+    }
+    o.kind = owner::TASK;
+    o.task = task;
+    (o.tid, o.tgid) = task_ids(cfg, task);
+    o
+}
+
 /// The owner's `comm` (read when a record or a blame aggregate needs it).
 #[inline(always)]
 pub fn owner_comm(cfg: &Config, o: &Owner) -> [u8; 16] {
@@ -197,14 +235,21 @@ pub fn forget_holder(lock: u64, tid: u32) {
 }
 
 /// Thread `tid` acquired `lock` after a wait (`flags`) whose stack is
-/// `stack_id`.
+/// `stack_id`; returns the entry it replaces (the previous contended
+/// acquisition of a lock of that slot: a first-spin owner's, when that
+/// owner took the lock after a wait and nobody else did since).
 #[inline(always)]
-pub fn note_acquired(lock: u64, tid: u32, stack_id: StackId, flags: u32) {
-    if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) {
-        // SAFETY: a slot of a global array, valid for the map's lifetime.
-        // Concurrent writers of one slot can tear the entry; readers check
-        // both the lock and the thread, so a torn entry only loses a stack.
-        unsafe { *slot = Acquired { lock_addr: lock, stack_id, tid, flags } };
+pub fn swap_acquired(lock: u64, tid: u32, stack_id: StackId, flags: u32) -> Acquired {
+    let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) else {
+        return Acquired::default();
+    };
+    // SAFETY: a slot of a global array, valid for the map's lifetime.
+    // Concurrent writers of one slot can tear the entry; readers check both
+    // the lock and the thread, so a torn entry only loses a stack.
+    unsafe {
+        let prev = *slot;
+        *slot = Acquired { lock_addr: lock, stack_id, tid, flags };
+        prev
     }
 }
 
@@ -213,7 +258,7 @@ pub fn note_acquired(lock: u64, tid: u32, stack_id: StackId, flags: u32) {
 #[inline(always)]
 pub fn forget_acquired(lock: u64, tid: u32) {
     if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) {
-        // SAFETY: as in `note_acquired`; a race loses at most one stack.
+        // SAFETY: as in `swap_acquired`; a race loses at most one stack.
         let a = unsafe { &mut *slot };
         if a.lock_addr == lock && a.tid == tid {
             a.lock_addr = 0;

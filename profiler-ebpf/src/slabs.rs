@@ -44,7 +44,7 @@ fn try_slab_caches(ctx: *mut c_void) -> Result<i32, i32> {
     }
     // SAFETY: `seq` is bpf_iter_meta's first member.
     let seq = unsafe { core::ptr::read_volatile(meta as *const u64) } as *mut seq_file;
-    let l = config().layout;
+    let l = &config().layout;
     let mut rec = SlabRecord {
         cache,
         size: member_u32(cache, l.cache_size),

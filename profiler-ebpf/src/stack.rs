@@ -12,9 +12,9 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    CachedStack, Config, EVENT_USER_STACK, MAX_STACK_DEPTH, STACK_CACHE_SLOTS, STACK_HASH_SEED, STACK_SKIPPED,
-    STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, UserStackEvent, counter,
-    is_stack, known, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
+    CachedStack, Config, EVENT_USER_STACK, MAX_STACK_DEPTH, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId,
+    StoredStack, StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, UserStackEvent, counter, is_stack, known,
+    stack_cache_index, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
 };
 
 use crate::{
@@ -242,6 +242,13 @@ fn budget_allows(limit: u32, now: u64) -> bool {
     true
 }
 
+/// Whether cache entry `c` is thread `tid`'s stack for `lock_addr` and
+/// `flags`.
+#[inline(always)]
+fn is_hit(c: &CachedStack, tid: u32, lock_addr: u64, flags: u32) -> bool {
+    c.tid == tid && c.lock_addr == lock_addr && c.flags == flags && is_stack(c.stack_id)
+}
+
 /// The user stack for a new futex wait of thread `tid` on `uaddr` (its
 /// kernel stack is [`profiler_common::STACK_USER_LOCK`]), under the same
 /// budget and cache as [`stack_for`]; [`USER_STACK_OFF`] without user stacks.
@@ -258,7 +265,7 @@ pub fn user_stack_for<C: StackIdContext>(
     if cfg.user_stacks == 0 {
         return USER_STACK_OFF;
     }
-    let cached = STACK_CACHE.get_ptr_mut(tid % STACK_CACHE_SLOTS);
+    let cached = STACK_CACHE.get_ptr_mut(stack_cache_index(tid, flags));
     if budget_allows(cfg.stacks_per_window, now) {
         let user_id = capture_user(ctx, cfg, tgid);
         if let Some(c) = cached {
@@ -295,6 +302,10 @@ pub fn user_stack_for<C: StackIdContext>(
 /// remembered in this CPU's stack cache), else the thread's last stacks on
 /// this CPU for the same lock and flags, else [`STACK_SKIPPED`]. Both
 /// outcomes are counted.
+///
+/// The cache has an entry per thread and flags ([`stack_cache_index`]): a
+/// thread's first spins and its sleeping waits on one mutex no longer evict
+/// each other's stacks, which left 1-19% of a storm's waits without one.
 #[inline(always)]
 pub fn stack_for<C: WalkContext>(
     ctx: &C,
@@ -307,7 +318,7 @@ pub fn stack_for<C: WalkContext>(
 ) -> (StackId, StackId) {
     let (tid, tgid) = ids;
     let user = with_user && cfg.user_stacks != 0;
-    let cached = STACK_CACHE.get_ptr_mut(tid % STACK_CACHE_SLOTS);
+    let cached = STACK_CACHE.get_ptr_mut(stack_cache_index(tid, flags));
     if budget_allows(cfg.stacks_per_window, now) {
         let id = capture(ctx);
         let user_id = if user { capture_user(ctx, cfg, tgid) } else { USER_STACK_OFF };
@@ -320,7 +331,7 @@ pub fn stack_for<C: WalkContext>(
     }
     // SAFETY: as above; only read.
     match cached.map(|c| unsafe { *c }) {
-        Some(c) if c.tid == tid && c.lock_addr == lock_addr && c.flags == flags && is_stack(c.stack_id) => {
+        Some(c) if is_hit(&c, tid, lock_addr, flags) => {
             count(counter::STACK_REUSED);
             (c.stack_id, if user { c.user_stack_id } else { USER_STACK_OFF })
         }

@@ -9,16 +9,16 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
-    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
+    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
     UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
 };
 
 use crate::{
     aggregate::{aggregate, aggregate_as},
-    context::{Ids, cgroup, config, count, wanted},
+    context::{Ids, cgroup, config, config_copy, count, wanted},
     identity::identify,
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
-    owners::{note_acquired, note_holder, owner_comm, owner_of},
+    owners::{mutex_word, note_holder, owner_comm, owner_of, spin_owner, swap_acquired},
     ringbuf,
     stack::{self, WalkContext, stack_for},
 };
@@ -98,23 +98,50 @@ fn task_running(cfg: &Config) -> bool {
 
 /// A wait begins (`contention_begin`, or a probed slowpath's entry).
 /// `slab`: the program type may call the slab-cache kfunc (tracing programs).
+///
+/// `MODERN`: built for kernels with `bpf_rdonly_cast` (6.2+, what userspace
+/// loads there): the configuration read field by field where it is used, a
+/// mutex's owner word read first thing, the cgroup id read with plain loads.
+/// Otherwise the 6.1-era shape: a copy of the configuration (its fields then
+/// sit in the stack, where 6.1's verifier, without precision tracking in
+/// programs with subprograms, keeps its state count low: read by reference,
+/// its state count passed the 1M-instruction limit with `--cgroup` or
+/// `--user-stacks`), no owner word at first spins (no fault-safe plain load
+/// there), and the cgroup helper.
 #[inline(always)]
 // Inserting by reference: a by-value argument would be copied to the
 // stack first, and the stack is what this function is short of.
 #[allow(clippy::needless_borrows_for_generic_args)]
-pub fn on_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool) -> Result<u32, u32> {
-    let cfg = config();
+pub fn on_begin<C: WalkContext, const MODERN: bool>(
+    ctx: &C,
+    lock_addr: u64,
+    flags: u32,
+    slab: bool,
+) -> Result<u32, u32> {
+    let copy;
+    let cfg: &Config = if MODERN {
+        config()
+    } else {
+        copy = config_copy();
+        &copy
+    };
     if lock_addr == 0 || cfg.type_mask & LockType::from_flags(flags).bit() == 0 {
         return Ok(0);
     }
+    // The owner word first: the later it is read, the likelier a short
+    // critical section has ended and the owner is lost. Read for every lock
+    // type (a fault-safe load; only a mutex's first spin uses it): a branch
+    // on the flags here would split the verifier's states for the whole
+    // program.
+    let word = if MODERN { mutex_word(cfg, lock_addr) } else { 0 };
     let ids = Ids::current();
-    if !wanted(&cfg, ids.tgid) {
+    if !wanted(cfg, ids.tgid) {
         return Ok(0);
     }
-    let Some(cgroup_id) = cgroup(&cfg) else {
+    let Some(cgroup_id) = cgroup::<MODERN>(cfg) else {
         return Ok(0);
     };
-    identify(&cfg, lock_addr, flags, slab);
+    identify(cfg, lock_addr, flags, slab);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let key = task_key(ids.tid, ids.cpu);
@@ -123,11 +150,10 @@ pub fn on_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool)
     // reads are inlined once: the probe-read path of kernels before 6.2
     // needs stack space for each, and the verifier's limit is 512 bytes.
     let mut insert = false;
-    // A mutex's first optimistic spin does not read the owner: that read is
-    // a miss on the contended lock's own cache line, the pipe storm's hot
-    // path, and most of those waits end within a few hundred ns. A wait
-    // that goes on to sleep reads it then (below), so every sleeping wait,
-    // where the wait time is, gets its owner.
+    // A mutex's first optimistic spin reads only the owner word and the
+    // owner's ids (`spin_owner`), the pipe storm's hot path; the owner's
+    // acquire stack is found at the end. A wait that goes on to sleep reads
+    // the owner again then (below).
     let mut first_spin = false;
     let target: &mut PendingWait = if is_spinning(flags) {
         let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
@@ -135,7 +161,7 @@ pub fn on_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool)
             return Ok(0);
         }
         slot
-    } else if flags == lcb::MUTEX | lcb::SPIN && task_running(&cfg) {
+    } else if flags == lcb::MUTEX | lcb::SPIN && task_running(cfg) {
         // A mutex's first optimistic spin: mutexes are not taken in
         // interrupts, so a busy slot is a wait whose end was never seen.
         let slot = spin_slot(MUTEX_SPIN_SLOT).ok_or(0u32)?;
@@ -152,7 +178,7 @@ pub fn on_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool)
             (Some(slot), entry) => {
                 count(counter::REPEATED_BEGIN);
                 slot.flags |= flags;
-                slot.owner = owner_of(&cfg, lock_addr, flags);
+                slot.owner = owner_of(cfg, lock_addr, flags);
                 let r = match entry {
                     Some(entry) if entry.lock_addr == 0 => {
                         *entry = *slot;
@@ -188,12 +214,8 @@ pub fn on_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bool)
     target.tgid = ids.tgid;
     target.tid = ids.tid;
     target.cgroup_id = cgroup_id;
-    (target.stack_id, target.user_stack_id) = stack_for(ctx, &cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
-    target.owner = if first_spin {
-        Owner { stack_id: STACK_SKIPPED, ..Owner::default() }
-    } else {
-        owner_of(&cfg, lock_addr, flags)
-    };
+    (target.stack_id, target.user_stack_id) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
+    target.owner = if first_spin { spin_owner(cfg, word) } else { owner_of(cfg, lock_addr, flags) };
     if insert {
         let first: &PendingWait = target;
         return pending_inserted(ctx, PENDING.insert(key, first, u64::from(BPF_NOEXIST)));
@@ -303,7 +325,7 @@ fn late_stack<C: WalkContext>(ctx: &C) -> StackId {
 #[inline(always)]
 pub fn record(kind: u32, p: &PendingWait, ids: Ids, now: u64) -> ContentionEvent {
     let mut owner = p.owner;
-    owner.comm = owner_comm(&config(), &owner);
+    owner.comm = owner_comm(config(), &owner);
     ContentionEvent {
         owner,
         kind,
@@ -346,15 +368,24 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
         }
     }
     let cfg = config();
+    let o = &pending.owner;
+    let mut owner_stack = o.stack_id;
     if cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
-        note_acquired(pending.lock_addr, ids.tid, pending.stack_id, pending.flags);
+        let prev = swap_acquired(pending.lock_addr, ids.tid, pending.stack_id, pending.flags);
+        // A first spin's owner: its acquire stack, if that is the hold it was in.
+        if o.kind == owner::TASK
+            && owner_stack == STACK_SKIPPED
+            && prev.lock_addr == pending.lock_addr
+            && prev.tid == o.tid
+        {
+            owner_stack = prev.stack_id;
+        }
     }
     if cfg.mode != MODE_AGGREGATE {
         ringbuf::send(ctx, record(EVENT_CONTENTION, pending, ids, now));
         return;
     }
     let wait = now.saturating_sub(pending.begin_ns);
-    let o = &pending.owner;
     let mut blamed = false;
     if o.kind != owner::UNKNOWN {
         // Blame: the wait charged to whoever held the lock (readers: tid 0).
@@ -363,12 +394,12 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
             tid: if o.kind == owner::TASK { o.tid } else { 0 },
             tgid: o.tgid,
             flags: pending.flags | AGG_BLAME,
-            stack_id: o.stack_id,
+            stack_id: owner_stack,
             user_stack_id: USER_STACK_OFF,
             cgroup_id: 0,
             _pad: 0,
         };
-        blamed = aggregate_as(&key, wait, || owner_comm(&cfg, o));
+        blamed = aggregate_as(&key, wait, || owner_comm(cfg, o));
         if !blamed && count(counter::AGG_FULL) {
             warn!(ctx, "lockprof: aggregate map full, blame lost");
         }
@@ -414,7 +445,7 @@ pub fn probe_begin<C: WalkContext>(ctx: &C, lock_addr: u64, flags: u32, slab: bo
             return Ok(0);
         }
     }
-    on_begin(ctx, lock_addr, flags, slab)
+    on_begin::<C, true>(ctx, lock_addr, flags, slab)
 }
 
 /// Return of a probed slowpath: the wait it began is over.

@@ -23,13 +23,13 @@ use crate::{
 fn yield_entry<C: WalkContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, u32> {
     let ids = Ids::current();
     let cfg = config();
-    if !wanted(&cfg, ids.tgid) || cgroup(&cfg).is_none() {
+    if !wanted(cfg, ids.tgid) || cgroup::<true>(cfg).is_none() {
         return Ok(0);
     }
     // Under a pause-loop-exit storm yield_to is itself hot: stack walks share
     // the per-CPU budget of the waits (beyond it the call is kept, stackless).
     // SAFETY: helper without preconditions.
-    let (stack_id, _) = stack_for(ctx, &cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, (ids.tid, ids.tgid), false);
+    let (stack_id, _) = stack_for(ctx, cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, (ids.tid, ids.tgid), false);
     let off = cfg.task;
     let mut start = YieldStart { stack_id, preempt, ..YieldStart::default() };
     if task != 0 && off.pid != 0 {
@@ -59,7 +59,7 @@ fn yield_return<C: EbpfContext>(ctx: &C, ret: i32) -> Result<u32, u32> {
     let ids = Ids::current();
     // SAFETY: plain value copied out of a live entry.
     let Some(start) = (unsafe { YIELD_PENDING.get(ids.tid) }).copied() else {
-        if wanted(&config(), ids.tgid) {
+        if wanted(config(), ids.tgid) {
             count(counter::YIELD_UNMATCHED);
         }
         return Ok(0);

@@ -100,9 +100,37 @@ impl Cause {
 /// message, is left out (see [`AttachError::verifier_log`]).
 fn one_line(e: &ProgramError) -> String {
     match e {
-        ProgramError::LoadError { io_error, .. } => format!("the BPF_PROG_LOAD syscall returned {io_error}"),
+        ProgramError::LoadError { io_error, verifier_log } => {
+            let log = verifier_log.to_string();
+            match verdict(&log) {
+                Some(v) => format!("the BPF_PROG_LOAD syscall returned {io_error}; the verifier: {v}"),
+                None => format!("the BPF_PROG_LOAD syscall returned {io_error}"),
+            }
+        }
         e => error_chain(e),
     }
+}
+
+/// The verifier's verdict from the end of its log: its last line that is
+/// not the statistics' (`processed N insns ...`), with those statistics
+/// when the program was too large for it.
+fn verdict(log: &str) -> Option<String> {
+    let mut lines = log.lines().map(str::trim).filter(|l| !l.is_empty()).rev();
+    let mut stats = None;
+    for l in lines.by_ref() {
+        if l.starts_with("processed ") {
+            stats = Some(l);
+            continue;
+        }
+        if l.starts_with("verification time") || l.starts_with("stack depth") {
+            continue;
+        }
+        return Some(match stats {
+            Some(s) if l.contains("too large") || l.contains("too complex") => format!("{l} ({s})"),
+            _ => l.to_string(),
+        });
+    }
+    stats.map(str::to_string)
 }
 
 impl AttachError {
@@ -161,6 +189,22 @@ impl AttachError {
 #[cfg(test)]
 mod tests {
     use std::io::Error;
+
+    #[test]
+    fn the_verifier_verdict_is_its_last_word() {
+        let log = "0: (bf) r6 = r1\n...\nBPF program is too large. Processed 1000001 insn\n\
+processed 1000001 insns (limit 1000000) max_states_per_insn 33 total_states 9000 peak_states 4000 mark_read 12\n";
+        assert_eq!(
+            verdict(log).as_deref(),
+            Some(
+                "BPF program is too large. Processed 1000001 insn (processed 1000001 insns (limit 1000000) \
+max_states_per_insn 33 total_states 9000 peak_states 4000 mark_read 12)"
+            )
+        );
+        let log = "10: (79) r0 = *(u64 *)(r1 +0)\nR1 invalid mem access 'scalar'\nprocessed 12 insns (limit 1000000)\n";
+        assert_eq!(verdict(log).as_deref(), Some("R1 invalid mem access 'scalar'"));
+        assert_eq!(verdict("  \n"), None);
+    }
 
     use aya::{programs::ProgramError, sys::SyscallError};
 

@@ -100,8 +100,8 @@ impl WaitBackend {
     /// whose end was never seen in the pending map.
     pub fn programs(self) -> Vec<&'static str> {
         match self {
-            WaitBackend::TpBtf => vec![prog::END_BTF, prog::BEGIN_BTF],
-            WaitBackend::Tracepoint => vec![prog::END_TP, prog::BEGIN_TP],
+            WaitBackend::TpBtf => vec![prog::END_BTF, prog::BEGIN_BTF, prog::BEGIN_BTF_V61],
+            WaitBackend::Tracepoint => vec![prog::END_TP, prog::BEGIN_TP, prog::BEGIN_TP_V61],
             WaitBackend::Fentry => WAIT_TARGETS.iter().flat_map(|t| [t.fexit, t.fentry]).collect(),
             WaitBackend::Kprobe => {
                 let mut v = vec![prog::KRP_SLEEP, prog::KRP_SPIN];
@@ -140,10 +140,13 @@ impl BackendFailure {
     }
 }
 
-/// The `lock:contention_{end,begin}` tracepoints' tp_btf programs.
-pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), AttachError> {
+/// The `lock:contention_{end,begin}` tracepoints' tp_btf programs; `modern`:
+/// the kernel has `bpf_rdonly_cast` (6.2+), which the default begin program
+/// is built for, else its 6.1-era build.
+pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: Option<&Btf>, modern: bool) -> Result<(), AttachError> {
     let btf = btf.ok_or(AttachError::NoBtf)?;
-    for (prog, tp) in [(prog::END_BTF, "contention_end"), (prog::BEGIN_BTF, "contention_begin")] {
+    let begin = if modern { prog::BEGIN_BTF } else { prog::BEGIN_BTF_V61 };
+    for (prog, tp) in [(prog::END_BTF, "contention_end"), (begin, "contention_begin")] {
         let p: &mut BtfTracePoint = program(ebpf, prog)?;
         p.load(tp, btf).map_err(|error| AttachError::Load { prog, error })?;
         p.attach().map_err(|error| AttachError::Attach { prog, target: tp.into(), error })?;
@@ -151,13 +154,14 @@ pub(super) fn attach_tp_btf(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), At
     Ok(())
 }
 
-/// The same tracepoints through tracefs.
-pub(super) fn attach_tracepoint(ebpf: &mut Ebpf) -> Result<(), AttachError> {
+/// The same tracepoints through tracefs (`modern` as for tp_btf).
+pub(super) fn attach_tracepoint(ebpf: &mut Ebpf, modern: bool) -> Result<(), AttachError> {
     let tfs = TraceFs::find_or_mount()?;
     if !tfs.has_lock_events() {
         return Err(TracefsError::NoLockEvents.into());
     }
-    for (prog, tp) in [(prog::END_TP, "contention_end"), (prog::BEGIN_TP, "contention_begin")] {
+    let begin = if modern { prog::BEGIN_TP } else { prog::BEGIN_TP_V61 };
+    for (prog, tp) in [(prog::END_TP, "contention_end"), (begin, "contention_begin")] {
         let p: &mut TracePoint = program(ebpf, prog)?;
         p.load().map_err(|error| AttachError::Load { prog, error })?;
         p.attach("lock", tp).map_err(|error| AttachError::Attach { prog, target: format!("lock:{tp}"), error })?;

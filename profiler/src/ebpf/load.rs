@@ -14,7 +14,7 @@ use aya::{
     programs::Iter,
 };
 use profiler_common::{
-    Config, TaskOffsets,
+    Config, KFUNC_RDONLY_CAST, TaskOffsets,
     names::{map, prog},
 };
 
@@ -223,11 +223,12 @@ fn attach_backend(
     ebpf: &mut Ebpf,
     backend: WaitBackend,
     btf: Option<&Btf>,
+    modern: bool,
     notes: &mut Vec<String>,
 ) -> Result<(), BackendFailure> {
     match backend.probe_kind() {
-        None if backend == WaitBackend::TpBtf => Ok(attach_tp_btf(ebpf, btf)?),
-        None => Ok(attach_tracepoint(ebpf)?),
+        None if backend == WaitBackend::TpBtf => Ok(attach_tp_btf(ebpf, btf, modern)?),
+        None => Ok(attach_tracepoint(ebpf, modern)?),
         Some(kind) => {
             let a = attach_waits(ebpf, kind, btf);
             if a.ok.is_empty() {
@@ -247,11 +248,13 @@ fn attach_wait_backend(
     ebpf: &mut Ebpf,
     opts: &LoadOptions,
     btf: Option<&Btf>,
+    config: &Config,
     notes: &mut Vec<String>,
 ) -> Result<WaitBackend, LoadError> {
+    let modern = config.kfuncs & KFUNC_RDONLY_CAST != 0;
     let mut attempts = Vec::new();
     for &backend in opts.backend.order() {
-        match attach_backend(ebpf, backend, btf, notes) {
+        match attach_backend(ebpf, backend, btf, modern, notes) {
             Ok(()) => {
                 log::info!("attached the {} wait backend", backend.name());
                 for (b, e) in &attempts {
@@ -355,7 +358,7 @@ impl Probes {
                 detail: String::new(),
             }),
         };
-        let backend = attach_wait_backend(&mut ebpf, opts, btf, &mut notes)?;
+        let backend = attach_wait_backend(&mut ebpf, opts, btf, &config, &mut notes)?;
         let futex = if opts.futex {
             super::futex::attach(&mut ebpf, &mut notes)
         } else {

@@ -4,6 +4,7 @@
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
+use super::stats::stats;
 use super::{
     bpftrace,
     runs::{lockprof, lockprof_bench, start_tracer, stop_tracer, stress},
@@ -43,14 +44,41 @@ fn end_then_begin(costs: Vec<ProgCost>, names: &Value) -> Vec<ProgCost> {
     pick("_end").into_iter().chain(pick("_beg")).collect()
 }
 
+/// One program's average run time over the rounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgStat {
+    /// Median of the rounds' averages, ns.
+    pub median: f64,
+    /// Lowest round's average, ns.
+    pub min: f64,
+    /// Highest round's average, ns.
+    pub max: f64,
+    /// Runs over all rounds.
+    pub runs: u64,
+}
+
+/// Per program position (end, begin), the rounds' figures summarised.
+fn summarise(rounds: &[Vec<ProgCost>]) -> Vec<ProgStat> {
+    (0..2)
+        .map_while(|i| {
+            let avgs: Vec<f64> = rounds.iter().filter_map(|r| r.get(i).map(|p| p.1)).collect();
+            let (median, min, max) = stats(avgs)?;
+            let runs = rounds.iter().filter_map(|r| r.get(i).map(|p| p.2)).sum();
+            Some(ProgStat { median, min, max, runs })
+        })
+        .collect()
+}
+
 /// Per tracer, its `contention_end` and `contention_begin` programs' costs.
 pub struct Costs {
     /// Workload threads.
     pub threads: usize,
-    /// Seconds of pipe storm per tracer.
+    /// Seconds of pipe storm per tracer and round.
     pub secs: f64,
+    /// Rounds (tracers rotate within each).
+    pub rounds: usize,
     /// Tracer label and its programs, end first.
-    pub tracers: Vec<(String, Vec<ProgCost>)>,
+    pub tracers: Vec<(String, Vec<ProgStat>)>,
 }
 
 /// `f` with the kernel's BPF run-time statistics on (restored after).
@@ -63,10 +91,12 @@ fn with_bpf_stats<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     res
 }
 
-/// One pipe-storm run per tracer with the kernel's BPF run-time statistics on.
-pub fn program_cost_table(threads: usize, secs: f64) -> Result<Costs> {
-    let tracers = with_bpf_stats(|| tracer_costs(threads, secs))?;
-    Ok(Costs { threads, secs, tracers })
+/// `rounds` pipe-storm runs per tracer, rotating, with the kernel's BPF
+/// run-time statistics on: one run's figure moves by 10-30 ns with what else
+/// the machine does, more than most design steps.
+pub fn program_cost_table(threads: usize, secs: f64, rounds: usize) -> Result<Costs> {
+    let tracers = with_bpf_stats(|| tracer_costs(threads, secs, rounds))?;
+    Ok(Costs { threads, secs, rounds, tracers })
 }
 
 /// One program's cost on the futex storm.
@@ -127,36 +157,50 @@ pub fn futex_program_costs(threads: usize, secs: f64) -> Result<Vec<FutexProgCos
     })
 }
 
-/// Each tracer's programs' costs after `secs` of pipe storm (bpf_stats on).
-fn tracer_costs(threads: usize, secs: f64) -> Result<Vec<(String, Vec<ProgCost>)>> {
-    let mut res = Vec::new();
-    let runs: [(&str, &[&str]); 8] = [
-        ("floor", &["floor"]),
-        ("lockprof (default)", &["record", "--format", "json", "--top", "1"]),
-        ("lockprof --no-owners", &["record", "--format", "json", "--top", "1", "--no-owners"]),
-        ("lockprof --mode stream", &["record", "--format", "json", "--top", "1", "--mode", "stream"]),
-        ("lockprof --no-cgroups", &["record", "--format", "json", "--top", "1", "--no-cgroups"]),
-        ("lockprof --user-stacks", &["record", "--format", "json", "--top", "1", "--user-stacks"]),
-        ("lockprof --futex", &["record", "--format", "json", "--top", "1", "--futex"]),
-        (
-            "lockprof --user-stacks --stack-rate 0",
-            &["record", "--format", "json", "--top", "1", "--user-stacks", "--stack-rate", "0"],
-        ),
-    ];
-    for (name, args) in runs {
-        let floor = name == "floor";
-        let mut c = if floor { lockprof_bench() } else { lockprof() };
-        c.args(args);
-        let t = start_tracer(c, if floor { "floor attached" } else { "lockprof: recording" })?;
-        // Read everything before stopping the tracer, stop it whatever failed.
-        let storm = stress("pipe", threads, secs);
-        let names = bench_json(&["prog-names"]);
-        let costs = program_costs(t.id());
-        stop_tracer(t)?;
-        storm.context("pipe storm")?;
-        res.push((name.to_string(), end_then_begin(costs, &names?)));
+/// The tracers of the cost table: label and arguments.
+const COST_TRACERS: [(&str, &[&str]); 9] = [
+    ("floor", &["floor"]),
+    ("lockprof (default)", &["record", "--format", "json", "--top", "1"]),
+    ("lockprof --no-owners", &["record", "--format", "json", "--top", "1", "--no-owners"]),
+    ("lockprof --no-cgroups", &["record", "--format", "json", "--top", "1", "--no-cgroups"]),
+    ("lockprof --no-owners --no-cgroups", &["record", "--format", "json", "--top", "1", "--no-owners", "--no-cgroups"]),
+    ("lockprof --mode stream", &["record", "--format", "json", "--top", "1", "--mode", "stream"]),
+    ("lockprof --user-stacks", &["record", "--format", "json", "--top", "1", "--user-stacks"]),
+    ("lockprof --futex", &["record", "--format", "json", "--top", "1", "--futex"]),
+    (
+        "lockprof --user-stacks --stack-rate 0",
+        &["record", "--format", "json", "--top", "1", "--user-stacks", "--stack-rate", "0"],
+    ),
+];
+
+/// Each tracer's programs' costs after `secs` of pipe storm (bpf_stats on),
+/// `rounds` times, the tracers rotating within each round.
+fn tracer_costs(threads: usize, secs: f64, rounds: usize) -> Result<Vec<(String, Vec<ProgStat>)>> {
+    let n = COST_TRACERS.len();
+    let mut raw: Vec<Vec<Vec<ProgCost>>> = vec![Vec::new(); n];
+    for round in 0..rounds.max(1) {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let (name, args) = COST_TRACERS[i];
+            let floor = name == "floor";
+            let mut c = if floor { lockprof_bench() } else { lockprof() };
+            c.args(args);
+            let t = start_tracer(c, if floor { "floor attached" } else { "lockprof: recording" })?;
+            // Read everything before stopping the tracer, stop it whatever failed.
+            let storm = stress("pipe", threads, secs);
+            let names = bench_json(&["prog-names"]);
+            let costs = program_costs(t.id());
+            stop_tracer(t)?;
+            storm.context("pipe storm")?;
+            let progs = end_then_begin(costs, &names?);
+            eprintln!(
+                "bench: costs round {round} {name:<40} {}",
+                progs.iter().map(|p| format!("{:.0} ns", p.1)).collect::<Vec<_>>().join(" / ")
+            );
+            raw[i].push(progs);
+        }
     }
-    Ok(res)
+    Ok(COST_TRACERS.iter().zip(raw).map(|((name, _), r)| (name.to_string(), summarise(&r))).collect())
 }
 
 /// `lockprof-bench ARGS` as JSON.
@@ -181,6 +225,16 @@ mod tests {
             got[1],
             FutexProgCost { tracer: "lockprof --futex", name: "futex_exit".into(), avg_ns: 120.0, runs: 990 }
         );
+    }
+
+    #[test]
+    fn rounds_are_summarised_per_program() {
+        let rounds =
+            vec![vec![(9, 130.0, 10), (8, 200.0, 10)], vec![(19, 150.0, 20), (18, 180.0, 20)], vec![(29, 140.0, 5)]];
+        let s = summarise(&rounds);
+        assert_eq!(s[0], ProgStat { median: 140.0, min: 130.0, max: 150.0, runs: 35 });
+        assert_eq!(s[1], ProgStat { median: 190.0, min: 180.0, max: 200.0, runs: 30 });
+        assert!(summarise(&[vec![]]).is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{
     Opts, Tracer, WorkloadRuns,
-    extras::{Costs, FutexProgCost},
+    extras::{Costs, FutexProgCost, ProgStat},
     futex_section,
     guest::GuestRuns,
     is_futex_workload,
@@ -50,6 +50,10 @@ pub struct Row {
     pub fidelity: Option<(f64, f64, f64)>,
     /// Median reported wait per workload operation, ns.
     pub wait_per_op: Option<f64>,
+    /// Median share of owner-recording locks' wait charged to a known owner.
+    pub blamed: Option<f64>,
+    /// Median share of contentions without a kernel stack.
+    pub unstacked: Option<f64>,
     /// Events lost over all rounds.
     pub lost: u64,
 }
@@ -73,10 +77,23 @@ pub fn rows(w: &WorkloadRuns) -> Vec<Row> {
                 rate: stats(ss.iter().filter_map(|s| s.rate()).collect()).map(|x| x.0),
                 fidelity,
                 wait_per_op: stats(ss.iter().filter_map(|s| Some(s.wait_ns? / s.ops.max(1.0))).collect()).map(|x| x.0),
+                blamed: stats(ss.iter().filter_map(|s| s.blamed).collect()).map(|x| x.0),
+                unstacked: stats(ss.iter().filter_map(|s| s.unstacked).collect()).map(|x| x.0),
                 lost: ss.iter().map(|s| s.lost).sum(),
             }
         })
         .collect()
+}
+
+/// How far a fidelity is from 1, the same in both directions (0.8 and 1.25
+/// are both 25% off): more contention than the floor saw is a probe effect
+/// as much as less.
+pub fn fidelity_distance(f: f64) -> String {
+    if f <= 0.0 {
+        return "-".into();
+    }
+    let off = (f.max(1.0 / f) - 1.0) * 100.0;
+    format!("{off:.0}% {}", if f >= 1.0 { "over" } else { "under" })
 }
 
 /// Kernel, CPUs, memory, commit.
@@ -122,17 +139,17 @@ pub fn costs_section(facts: &str, c: &Costs) -> String {
     let _ = writeln!(
         md,
         "{COSTS_HEADING}\n\nAverage run time of each tracer's two tracepoint programs on the pipe storm ({} threads, \
-{} s per tracer, one run each) with the kernel's bpf_stats on. The statistics add their own clock reads to every \
-figure: the *floor* row, programs that only count, shows that fixed part. Measured on {facts}; \
-`cargo xtask bench --costs-only` regenerates this section alone.\n",
-        c.threads, c.secs
+{} s per tracer and round, {} rounds, the tracers rotating within each round; median and min-max of the rounds) with the \
+kernel's bpf_stats on. The statistics add their own clock reads to every figure: the *floor* row, programs that only \
+count, shows that fixed part. Measured on {facts}; `cargo xtask bench --costs-only` regenerates this section alone.\n",
+        c.threads, c.secs, c.rounds
     );
     let _ = writeln!(md, "| tracer | contention_end avg | contention_begin avg | runs (end) |\n|---|---|---|---|");
+    let cell =
+        |p: Option<&ProgStat>| p.map_or("-".to_string(), |p| format!("{:.0} ns ({:.0}-{:.0})", p.median, p.min, p.max));
     for (name, progs) in &c.tracers {
-        let end = progs.first().map_or("-".to_string(), |p| format!("{:.0} ns", p.1));
-        let begin = progs.get(1).map_or("-".to_string(), |p| format!("{:.0} ns", p.1));
-        let runs = progs.first().map_or(0, |p| p.2);
-        let _ = writeln!(md, "| {name} | {end} | {begin} | {runs} |");
+        let runs = progs.first().map_or(0, |p| p.runs);
+        let _ = writeln!(md, "| {name} | {} | {} | {runs} |", cell(progs.first()), cell(progs.get(1)));
     }
     md.push('\n');
     md
@@ -198,7 +215,10 @@ of BPF programs on the same two tracepoints that only count (its count of conten
 *lockprof* is `lockprof record` with the options shown. **Throughput** is the median ops/s of `lockprof stress <workload>` \
 against untraced; **fidelity** is, round by round, the contentions/s a tracer reports divided by the contentions/s the floor \
 counted in its own run of that round (median, and min-max over rounds): how much of the untraced system's contention the \
-profile describes. Spread is (max - min) / median of ops/s. Lost counts ring-buffer, map and userspace losses.\n",
+profile describes; *off by* is its distance from 1 in either direction (0.80 and 1.25 are both 25% off: a tracer that makes \
+contention is as wrong as one that hides it). *Known owner* is the share of the wait on mutexes and rwsems that lockprof \
+charged to a known owner (median over rounds); *no stack* the share of its contentions recorded without a kernel stack \
+(`stack_skipped`). Spread is (max - min) / median of ops/s. Lost counts ring-buffer, map and userspace losses.\n",
         o.rounds, o.duration, o.threads
     );
     for w in results.iter().filter(|w| !is_futex_workload(&w.name)) {
@@ -206,17 +226,20 @@ profile describes. Spread is (max - min) / median of ops/s. Lost counts ring-buf
         let _ = writeln!(md, "## {}\n", w.name);
         let _ = writeln!(
             md,
-            "| tracer | ops/s | throughput | spread | contentions/s seen | fidelity (min-max) | wait per op | lost |"
+            "| tracer | ops/s | throughput | spread | contentions/s seen | fidelity (min-max) | fidelity off by | wait per op | known owner | no stack | lost |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
         for (t, r) in w.tracers.iter().zip(&rs) {
             let fid = r.fidelity.map_or("-".to_string(), |(m, lo, hi)| format!("{m:.2} ({lo:.2}-{hi:.2})"));
+            let off = r.fidelity.map_or("-".to_string(), |(m, _, _)| fidelity_distance(m));
+            let share = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.1}%", x * 100.0));
+            let (blamed, unstacked) = (share(r.blamed), share(r.unstacked));
             let rate = r.rate.map_or("-".to_string(), |x| format!("{x:.0}"));
             let wpo = r.wait_per_op.map_or("-".to_string(), |x| format!("{x:.0} ns"));
             let lost = if matches!(t, Tracer::Lockprof { .. }) { r.lost.to_string() } else { "-".into() };
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {} | {:.0}% | {rate} | {fid} | {wpo} | {lost} |",
+                "| {} | {:.0} | {} | {:.0}% | {rate} | {fid} | {off} | {wpo} | {blamed} | {unstacked} | {lost} |",
                 t.label(),
                 r.ops,
                 pct(r.throughput),
@@ -420,16 +443,29 @@ mod tests {
     }
 
     #[test]
+    fn fidelity_is_off_by_the_same_either_way() {
+        assert_eq!(fidelity_distance(1.25), "25% over");
+        assert_eq!(fidelity_distance(0.8), "25% under");
+        assert_eq!(fidelity_distance(1.0), "0% over");
+        assert_eq!(fidelity_distance(0.0), "-");
+    }
+
+    #[test]
     fn the_cost_section_reads_the_measured_programs() {
+        let stat = |median, runs| ProgStat { median, min: median - 1.0, max: median + 2.0, runs };
         let c = Costs {
             threads: 4,
             secs: 2.0,
-            tracers: vec![("floor".into(), vec![(4, 56.4, 10), (3, 55.0, 10)]), ("lockprof".into(), vec![])],
+            rounds: 3,
+            tracers: vec![("floor".into(), vec![stat(56.4, 10), stat(55.0, 10)]), ("lockprof".into(), vec![])],
         };
         let md = costs_section("kernel k, lockprof abc1234", &c);
         assert!(md.starts_with("## Program costs\n\n"), "{md}");
-        assert!(md.contains("(4 threads, 2 s per tracer") && md.contains("Measured on kernel k, lockprof abc1234"));
-        assert!(md.contains("| floor | 56 ns | 55 ns | 10 |\n| lockprof | - | - | 0 |\n"), "{md}");
+        assert!(
+            md.contains("(4 threads, 2 s per tracer and round, 3 rounds")
+                && md.contains("Measured on kernel k, lockprof abc1234")
+        );
+        assert!(md.contains("| floor | 56 ns (55-58) | 55 ns (54-57) | 10 |\n| lockprof | - | - | 0 |\n"), "{md}");
     }
 
     #[test]

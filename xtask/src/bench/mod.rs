@@ -198,7 +198,7 @@ pub fn run(o: &Opts) -> Result<()> {
         None
     } else {
         Some(markdown::Extras {
-            costs: extras::program_cost_table(o.threads, o.duration.min(COST_SECS))?,
+            costs: extras::program_cost_table(o.threads, o.duration.min(COST_SECS), o.rounds)?,
             pipeline: extras::bench_json(&["pipeline", "--events", "5000000", "--stacks", "1000"])?,
             rss10k: extras::bench_json(&["pipeline", "--events", "1000000", "--stacks", "10000"])?,
             rss100k: extras::bench_json(&["pipeline", "--events", "2000000", "--stacks", "100000"])?,
@@ -311,7 +311,7 @@ fn costs_only(o: &Opts) -> Result<()> {
     let doc = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let facts = markdown::machine_facts();
     eprintln!("bench: {facts}");
-    let costs = extras::program_cost_table(o.threads, o.duration.min(COST_SECS))?;
+    let costs = extras::program_cost_table(o.threads, o.duration.min(COST_SECS), o.rounds)?;
     let section = markdown::costs_section(&facts, &costs);
     rewrite_section(&path, &doc, markdown::COSTS_HEADING, &section, "the program costs")
 }

@@ -76,6 +76,12 @@ pub struct Sample {
     pub own_contended: Option<f64>,
     /// Total wait the tracer reported, ns.
     pub wait_ns: Option<f64>,
+    /// lockprof: the share of the wait on locks that record owners (mutexes,
+    /// rwsems) charged to a known owner.
+    pub blamed: Option<f64>,
+    /// lockprof: the share of contentions recorded without a kernel stack
+    /// (its `stack_skipped` counter over its kernel-lock contentions).
+    pub unstacked: Option<f64>,
     /// Events the tracer lost (lockprof: ring buffer, maps, userspace).
     pub lost: u64,
     /// lockprof's counters.
@@ -271,6 +277,18 @@ fn lockprof_counts(v: &Value) -> (Option<f64>, f64) {
     (v["events"].as_f64().map(|e| e - futex), wait)
 }
 
+/// From lockprof's JSON report: the share of the wait on locks with owner
+/// rows (the types that record owners) charged to a known owner; `None`
+/// when no lock has owner rows (`--no-owners`, or no such lock contended).
+fn blamed_share(v: &Value) -> Option<f64> {
+    let owners = v["locks"].as_array()?.iter().filter_map(|l| l["owners"].as_array()).flatten();
+    let (known, total) = owners.fold((0.0, 0.0), |(k, t), o| {
+        let ns = o["wait_caused_ns"].as_f64().unwrap_or(0.0);
+        (if o["owner_kind"].as_str() == Some("unknown") { k } else { k + ns }, t + ns)
+    });
+    (total > 0.0).then(|| known / total)
+}
+
 /// Runs `workload` once under `tracer`.
 pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Result<Sample> {
     let mut sample = Sample::default();
@@ -315,6 +333,9 @@ pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Re
             let st = r?;
             let (kernel, wait) = lockprof_counts(&v);
             (sample.contentions, sample.wait_ns) = (kernel, Some(wait));
+            sample.blamed = blamed_share(&v);
+            sample.unstacked =
+                kernel.filter(|k| *k > 0.0).map(|k| v["drops"]["stack_skipped"].as_f64().unwrap_or(0.0) / k);
             if !st.contended.is_empty() {
                 let syms = futex_rows::stress_symbols(&release_bin("lockprof"))?;
                 let locks: Vec<String> = st.contended.iter().map(|c| c.0.clone()).collect();
@@ -382,5 +403,19 @@ acquired lockprof_stress_std_mutex 40617\ncontended lockprof_stress_std_mutex 90
             ]
         });
         assert_eq!(lockprof_counts(&v), (Some(650.0), 6004.0), "events less every futex row; kernel-lock wait only");
+    }
+
+    #[test]
+    fn blame_share_is_known_owner_wait_over_owner_rows() {
+        let v = serde_json::json!({"locks": [
+            {"type": "mutex", "owners": [
+                {"owner_kind": "task", "wait_caused_ns": 300},
+                {"owner_kind": "unknown", "wait_caused_ns": 100},
+                {"owner_kind": "readers", "wait_caused_ns": 100},
+            ]},
+            {"type": "spinlock", "owners": []},
+        ]});
+        assert_eq!(blamed_share(&v), Some(0.8));
+        assert_eq!(blamed_share(&serde_json::json!({"locks": [{"owners": []}]})), None, "no owner rows: not measured");
     }
 }

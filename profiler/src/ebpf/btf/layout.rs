@@ -64,6 +64,10 @@ pub fn layout(t: &Types<'_>) -> Layout {
         rwbase_rtmutex: first(t, "rw_semaphore", &["rwbase.rtmutex"]),
         task_real_parent: first(t, "task_struct", &["real_parent"]),
         mm_exe_file: first(t, "mm_struct", &["exe_file"]),
+        task_cgroups: first(t, "task_struct", &["cgroups"]),
+        css_set_dfl_cgrp: first(t, "css_set", &["dfl_cgrp"]),
+        cgroup_kn: first(t, "cgroup", &["kn"]),
+        kernfs_node_id: first(t, "kernfs_node", &["id"]),
         _pad: 0,
     }
 }
