@@ -104,7 +104,10 @@ pub const AGG_HOLD: u32 = 1 << 31;
 
 /// `AggKey::flags` bit of a blame aggregate: waits on the lock, keyed by
 /// the owner that made them wait (`tid`/`tgid` are the owner's, 0 for
-/// readers; `stack_id` is the owner's acquire stack).
+/// readers; `stack_id` is the owner's acquire stack; a blame key has no
+/// waiter and so no cgroup: its `cgroup_id` carries the owner's stack while
+/// asleep (`--owner-stacks`, from `OWNER_ASLEEP`), [`crate::STACK_SKIPPED`]
+/// when none was walked).
 pub const AGG_BLAME: u32 = 1 << 30;
 
 /// Slots per generation of the per-CPU aggregate cache (`AGG_CACHE` holds

@@ -96,7 +96,8 @@ pub struct Config {
     /// set only when userspace bound the call to this kernel's BTF id.
     pub kfuncs: u32,
     /// Non-zero: read the owner of mutexes and rwsems when a wait begins
-    /// (blame).
+    /// (blame); with [`OWNER_STACKS`] set, also the stack of an owner found
+    /// asleep.
     pub owners: u32,
     /// Non-zero: record each waiter's cgroup (v2 id).
     pub cgroups: u32,
@@ -109,12 +110,30 @@ pub struct Config {
     pub self_tgid: u32,
 }
 
+/// `Config::owners` bit: read owners (blame).
+pub const OWNERS_ON: u32 = 1;
+/// `Config::owners` bit (`--owner-stacks`): when a waiter finds a mutex or
+/// rwsem owner asleep, walk the owner's current kernel stack (what it is
+/// doing while it holds the lock), once per sleep, under the stack budget.
+/// A bit of `owners` rather than a field: the 6.1-era begin programs copy
+/// the configuration to their stack, and 8 more bytes there put 6.1's
+/// verifier past its limit with `--cgroup`.
+pub const OWNER_STACKS: u32 = 2;
+
 /// `Config::kfuncs` bit: `bpf_get_kmem_cache` (6.13+) is callable.
 pub const KFUNC_GET_KMEM_CACHE: u32 = 1;
 /// `Config::kfuncs` bit: `bpf_rdonly_cast` (6.2+) is callable: kernel
 /// structures at known addresses are read with plain (fault-safe) loads
 /// instead of `bpf_probe_read_kernel`.
 pub const KFUNC_RDONLY_CAST: u32 = 2;
+/// `Config::kfuncs` bit: `bpf_task_from_pid` (6.2+) is callable.
+pub const KFUNC_TASK_FROM_PID: u32 = 4;
+/// `Config::kfuncs` bit: `bpf_task_release` (6.2+) is callable.
+pub const KFUNC_TASK_RELEASE: u32 = 8;
+/// The `Config::kfuncs` bits `--owner-stacks` needs: a trusted reference to
+/// the owner task (which `bpf_get_task_stack` takes), its release, and plain
+/// loads of the owner's state.
+pub const KFUNCS_OWNER_STACKS: u32 = KFUNC_TASK_FROM_PID | KFUNC_TASK_RELEASE | KFUNC_RDONLY_CAST;
 
 impl Config {
     /// Record every type and process, stream mode, no stack budget.

@@ -79,8 +79,10 @@ pub const FUTEX_MAP_FULL: u32 = 29;
 /// A long wait (at least `--outlier-us`) whose stack was skipped at its
 /// begin (the budget spent): its kernel stack taken at its end instead.
 pub const STACKS_LATE: u32 = 30;
+/// `--owner-stacks`: a sleeping owner's stack not walked (budget spent).
+pub const OWNER_STACK_SKIPPED: u32 = 31;
 /// Number of counters.
-pub const COUNT: u32 = 31;
+pub const COUNT: u32 = 32;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -115,6 +117,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "futex_failed",
     "futex_map_full",
     "stacks_late",
+    "owner_stack_skipped",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what

@@ -75,6 +75,10 @@ pub const fn ident_seen_index(lock: u64) -> u32 {
 pub const KFUNC_CALL_GET_KMEM_CACHE: u32 = 0x7ff0_0001;
 /// Placeholder helper id of `bpf_rdonly_cast(void *obj, u32 btf_id)`.
 pub const KFUNC_CALL_RDONLY_CAST: u32 = 0x7ff0_0002;
+/// Placeholder helper id of `bpf_task_from_pid(s32 pid)` (a task reference).
+pub const KFUNC_CALL_TASK_FROM_PID: u32 = 0x7ff0_0003;
+/// Placeholder helper id of `bpf_task_release(struct task_struct *)`.
+pub const KFUNC_CALL_TASK_RELEASE: u32 = 0x7ff0_0004;
 
 /// Bytes of a slab cache name in a [`SlabRecord`].
 pub const SLAB_NAME_LEN: usize = 40;

@@ -99,8 +99,10 @@ pub struct Layout {
     pub cgroup_kn: u32,
     /// `kernfs_node.id`.
     pub kernfs_node_id: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// `task_struct.nvcsw`: a task's voluntary switches, one more at each
+    /// sleep, so (task, count) names one sleep (`--owner-stacks` walks a
+    /// sleeping owner's stack once per sleep).
+    pub task_nvcsw: u32,
 }
 
 impl Layout {
@@ -147,7 +149,7 @@ impl Layout {
         css_set_dfl_cgrp: UNKNOWN_OFFSET,
         cgroup_kn: UNKNOWN_OFFSET,
         kernfs_node_id: UNKNOWN_OFFSET,
-        _pad: 0,
+        task_nvcsw: UNKNOWN_OFFSET,
     };
 }
 

@@ -27,12 +27,13 @@ pub use aggregate::{
 };
 pub use config::{
     CGROUP_FILTER_ENTRIES, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
-    DEFAULT_STACK_ENTRIES, KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST, MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM,
-    STACK_WINDOW_NS, STACK_WINDOWS_PER_S, TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, YIELD_PENDING_ENTRIES,
+    DEFAULT_STACK_ENTRIES, KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST, KFUNC_TASK_FROM_PID, KFUNC_TASK_RELEASE,
+    KFUNCS_OWNER_STACKS, MAX_STACK_DEPTH, MODE_AGGREGATE, MODE_STREAM, OWNER_STACKS, OWNERS_ON, STACK_WINDOW_NS,
+    STACK_WINDOWS_PER_S, TGID_FILTER_ENTRIES, TaskOffsets, TpOffsets, YIELD_PENDING_ENTRIES,
 };
 pub use ident::{
-    IDENT_ENTRIES, IDENT_SEEN_SLOTS, KFUNC_CALL_GET_KMEM_CACHE, KFUNC_CALL_RDONLY_CAST, LockIdent, SLAB_NAME_LEN,
-    SlabRecord, ident_seen_index, kind,
+    IDENT_ENTRIES, IDENT_SEEN_SLOTS, KFUNC_CALL_GET_KMEM_CACHE, KFUNC_CALL_RDONLY_CAST, KFUNC_CALL_TASK_FROM_PID,
+    KFUNC_CALL_TASK_RELEASE, LockIdent, SLAB_NAME_LEN, SlabRecord, ident_seen_index, kind,
 };
 pub use layout::{Layout, UNKNOWN_OFFSET, known};
 pub use lock::{LockMode, LockType, is_spinning, lcb, probe_flags};
@@ -46,6 +47,7 @@ pub use stack::{
     stack_hash_finish, stack_hash_step, stack_id_of, user_stack_id_of, user_stack_seed,
 };
 pub use state::{
-    ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, PendingWait, SPIN_SLOT,
-    SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner, stack_cache_index, task_key,
+    ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, OwnerAsleep,
+    PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner,
+    stack_cache_index, task_key,
 };

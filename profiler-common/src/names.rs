@@ -71,6 +71,8 @@ pub mod map {
     pub const USER_STACK_SCRATCH: &str = "USER_STACK_SCRATCH";
     /// Futex contentions in progress, per thread.
     pub const FUTEX_WAITS: &str = "FUTEX_WAITS";
+    /// `--owner-stacks`: the stack of a waiter's sleeping owner, per waiting task.
+    pub const OWNER_ASLEEP: &str = "OWNER_ASLEEP";
 
     /// Every map of the product object.
     pub const ALL: &[&str] = &[
@@ -103,6 +105,7 @@ pub mod map {
         USER_STACKS,
         USER_STACK_SCRATCH,
         FUTEX_WAITS,
+        OWNER_ASLEEP,
     ];
 }
 

@@ -15,7 +15,10 @@ pub mod owner {
     pub const READERS: u32 = 2;
 }
 
-/// The holder of a lock when a wait on it began.
+/// The holder of a lock when a wait on it began. (Its `Default` stays
+/// derived, all zeros: a hand-written one with `STACK_SKIPPED` in `stack_id`
+/// changed the begin programs' code enough to put 6.1's verifier past its
+/// 1M-instruction limit with `--cgroup`.)
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Owner {
@@ -35,6 +38,20 @@ pub struct Owner {
     pub task: u64,
     /// Owner `comm` (filled in records and blame aggregates).
     pub comm: [u8; 16],
+}
+
+/// An entry of `OWNER_ASLEEP` (`--owner-stacks`): the stack a waiter's
+/// owner slept in, holding the lock, when the wait began; kept beside the
+/// wait (per waiting task) until it ends, and charged with its blame.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerAsleep {
+    /// The lock waited for.
+    pub lock_addr: u64,
+    /// The wait's begin (`PendingWait::begin_ns`): the entry is that wait's.
+    pub begin_ns: u64,
+    /// The owner's stack.
+    pub stack_id: StackId,
 }
 
 /// Slots of the `ACQUIRED` array: the last contended acquisition per lock
@@ -151,6 +168,14 @@ pub struct StackBudget {
     pub window_ns: u64,
     /// Stacks captured in it.
     pub used: u64,
+    /// The last sleeping owner whose stack was walked (`--owner-stacks`):
+    /// its `task_struct`, its voluntary switch count then (the sleep), and
+    /// the stack's id; the next waiter on the same sleep reuses it.
+    pub asleep_task: u64,
+    /// See `asleep_task`.
+    pub asleep_switches: u64,
+    /// See `asleep_task`.
+    pub asleep_stack_id: StackId,
 }
 
 /// Key of the per-task pending-wait map: the thread id, or for the idle
@@ -223,6 +248,7 @@ mod tests {
     fn layouts_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<PendingWait>(), 104);
         assert_eq!(core::mem::size_of::<Owner>(), 48);
+        assert_eq!(core::mem::size_of::<OwnerAsleep>(), 24);
         assert_eq!(core::mem::size_of::<Acquired>(), 24);
         assert_eq!(core::mem::size_of::<Holder>(), 16);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u64::MAX) < ACQUIRED_SLOTS);

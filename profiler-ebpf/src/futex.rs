@@ -391,7 +391,8 @@ fn account(ctx: &TracePointContext, st: &FutexWait, ids: Ids, mode: u32, outlier
             // A user-space lock's owner stack is a user stack.
             stack_id: STACK_USER_LOCK,
             user_stack_id: o.stack_id,
-            cgroup_id: 0,
+            // No owner's stack while asleep (see `AGG_BLAME`).
+            cgroup_id: STACK_SKIPPED,
             _pad: 0,
         };
         blamed = aggregate(&key, wait);

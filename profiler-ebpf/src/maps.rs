@@ -10,8 +10,9 @@ use aya_ebpf::{
 use profiler_common::{
     ACQUIRED_SLOTS, AGG_CACHE_SLOTS, Acquired, AggKey, AggSlot, AggVal, CGROUP_FILTER_ENTRIES, CachedStack, Config,
     DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart,
-    Holder, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget,
-    StackId, StoredStack, StoredUserStack, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart, counter,
+    Holder, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent, OwnerAsleep, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS,
+    StackBudget, StackId, StoredStack, StoredUserStack, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart,
+    counter,
     futex::{FUTEX_WAIT_ENTRIES, FutexWait},
 };
 
@@ -114,6 +115,12 @@ pub static USER_STACK_SCRATCH: PerCpuArray<StoredUserStack> = PerCpuArray::with_
 /// futex tracing is off.
 #[map]
 pub static FUTEX_WAITS: HashMap<u32, FutexWait> = HashMap::with_max_entries(FUTEX_WAIT_ENTRIES, 0);
+
+/// `--owner-stacks`: the stack a waiter's owner slept in, holding the lock,
+/// when the wait began, per waiting task (`task_key`), until the wait
+/// ends; userspace sizes it to one entry when owner stacks are off.
+#[map]
+pub static OWNER_ASLEEP: HashMap<u64, OwnerAsleep> = HashMap::with_max_entries(DEFAULT_PENDING_ENTRIES, 0);
 
 /// Identities of lock addresses, confirmed in the kernel (see `identity`).
 #[map]

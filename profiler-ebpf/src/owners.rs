@@ -6,15 +6,16 @@
 //! through `bpf_rdonly_cast` (plain fault-safe loads) where the kernel has
 //! it, else `bpf_probe_read_kernel`.
 
-use aya_ebpf::helpers::bpf_probe_read_kernel;
+use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::tracing::StackIdContext};
 use profiler_common::{
-    Acquired, Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, LockType, Owner, STACK_SKIPPED, StackId,
-    acquired_index, counter, known, lcb, owner,
+    Acquired, Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, KFUNCS_OWNER_STACKS, LockType, OWNER_STACKS,
+    Owner, OwnerAsleep, STACK_SKIPPED, StackId, acquired_index, counter, is_stack, known, lcb, owner,
 };
 
 use crate::{
     context::count,
-    maps::{ACQUIRED, HOLD_ON, HOLDERS},
+    maps::{ACQUIRED, HOLD_ON, HOLDERS, OWNER_ASLEEP, STACK_BUDGET},
+    stack::{budget_allows, capture_task},
 };
 
 /// Flag bits of `mutex.owner`.
@@ -205,6 +206,79 @@ pub fn spin_owner(cfg: &Config, word: u64) -> Owner {
     o.task = task;
     (o.tid, o.tgid) = task_ids(cfg, task);
     o
+}
+
+/// The stack owner `o` sleeps in while it holds the lock, when it is asleep
+/// (`--owner-stacks`): what it is doing meanwhile (its acquire stack cannot
+/// say). Walked once per sleep (a sleep is the task and its voluntary
+/// switch count: the next waiter on the same sleep reuses the walk), under
+/// the stack budget; [`STACK_SKIPPED`] for a running owner, without the
+/// option, or with the budget spent (counted).
+#[inline(always)]
+fn asleep_stack<C: StackIdContext>(ctx: &C, cfg: &Config, o: &Owner, now: u64) -> StackId {
+    let btf = cfg.layout.btf_task;
+    if cfg.owners & OWNER_STACKS == 0
+        || cfg.kfuncs & KFUNCS_OWNER_STACKS != KFUNCS_OWNER_STACKS
+        || o.kind != owner::TASK
+        || o.tid == 0
+        || !known(cfg.layout.task_nvcsw)
+    {
+        return STACK_SKIPPED;
+    }
+    let state: u32 = load(cfg, o.task, cfg.layout.task_state, btf);
+    if state == 0 {
+        // Running (or preempted, runnable): its stack moves under a walk.
+        return STACK_SKIPPED;
+    }
+    let switches: u64 = load(cfg, o.task, cfg.layout.task_nvcsw, btf);
+    let Some(slot) = STACK_BUDGET.get_ptr_mut(0) else {
+        return STACK_SKIPPED;
+    };
+    // SAFETY: this CPU's slot from a successful lookup, valid for the map's
+    // lifetime; programs on one CPU do not nest (the BUSY guard).
+    let last = unsafe { &*slot };
+    if last.asleep_task == o.task && last.asleep_switches == switches && is_stack(last.asleep_stack_id) {
+        return last.asleep_stack_id;
+    }
+    if !budget_allows(cfg.stacks_per_window, now) {
+        count(counter::OWNER_STACK_SKIPPED);
+        return STACK_SKIPPED;
+    }
+    let id = capture_task(ctx, o.tid);
+    // SAFETY: as above; the shared borrow ended before `budget_allows`.
+    let b = unsafe { &mut *slot };
+    (b.asleep_task, b.asleep_switches, b.asleep_stack_id) = (o.task, switches, id);
+    id
+}
+
+/// Keeps the stack owner `o` sleeps in ([`asleep_stack`]), when it is
+/// asleep, beside the wait (`wait`: its lock and begin) of the task keyed
+/// `key` until it ends
+/// ([`take_asleep`]); a full map is counted as a skipped owner stack.
+#[inline(always)]
+pub fn note_asleep<C: StackIdContext>(ctx: &C, cfg: &Config, o: &Owner, now: u64, key: u64, wait: (u64, u64)) {
+    let id = asleep_stack(ctx, cfg, o, now);
+    let (lock_addr, begin_ns) = wait;
+    if is_stack(id) && OWNER_ASLEEP.insert(key, OwnerAsleep { lock_addr, begin_ns, stack_id: id }, 0).is_err() {
+        count(counter::OWNER_STACK_SKIPPED);
+    }
+}
+
+/// The stack the owner of `lock` slept in when the wait of the task keyed
+/// `key` that began at `begin_ns` began ([`note_asleep`]), taken out;
+/// [`STACK_SKIPPED`] when none (an entry of an earlier wait that ended
+/// without an acquisition is dropped).
+#[inline(always)]
+pub fn take_asleep(cfg: &Config, key: u64, lock: u64, begin_ns: u64) -> StackId {
+    if cfg.owners & OWNER_STACKS == 0 {
+        return STACK_SKIPPED;
+    }
+    // SAFETY: plain value copied out of a live entry.
+    let Some(a) = (unsafe { OWNER_ASLEEP.get(key) }).copied() else {
+        return STACK_SKIPPED;
+    };
+    let _ = OWNER_ASLEEP.remove(key);
+    if a.lock_addr == lock && a.begin_ns == begin_ns { a.stack_id } else { STACK_SKIPPED }
 }
 
 /// The owner's `comm` (read when a record or a blame aggregate needs it).

@@ -4,7 +4,7 @@
 use aya_ebpf::bindings::BPF_F_USER_STACK;
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_task, bpf_get_stack, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_task, bpf_get_stack, bpf_get_task_stack, bpf_probe_read_kernel},
     programs::{
         BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext,
         tracing::StackIdContext,
@@ -12,9 +12,10 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    CachedStack, Config, EVENT_USER_STACK, MAX_STACK_DEPTH, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId,
-    StoredStack, StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, UserStackEvent, counter, is_stack, known,
-    stack_cache_index, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
+    CachedStack, Config, EVENT_USER_STACK, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE, MAX_STACK_DEPTH,
+    STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE,
+    USER_STACK_OFF, UserStackEvent, counter, is_stack, known, stack_cache_index, stack_error, stack_hash_finish,
+    stack_hash_step, user_stack_seed,
 };
 
 use crate::{
@@ -217,11 +218,75 @@ pub(crate) fn capture<C: WalkContext>(ctx: &C) -> StackId {
     }
 }
 
+/// Walks the kernel stack of another task, thread `tid` (a lock owner found
+/// asleep), and stores it; its id, or why there is none.
+/// `bpf_get_task_stack` takes a trusted task reference, which
+/// `bpf_task_from_pid` gives (tracing programs, 6.2+); the caller checks
+/// `Config::kfuncs` ([`profiler_common::KFUNCS_OWNER_STACKS`]). Stored like
+/// [`capture`]'s (whose body is left as it is: the 6.1-era begin programs
+/// are at the verifier's limit with `--cgroup`).
+#[inline(always)]
+pub(crate) fn capture_task<C: StackIdContext>(ctx: &C, tid: u32) -> StackId {
+    let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
+        return failed(ctx, counter::STACK_FAILED, "stack scratch lookup", -7);
+    };
+    // SAFETY: as in `capture`.
+    let buf: &mut StoredStack = unsafe { &mut *buf };
+    // SAFETY: the placeholders are rewritten into calls of the kernel's
+    // `bpf_task_from_pid(s32 pid)` and `bpf_task_release(struct task_struct
+    // *)` before loading, and the `kfuncs` bits the caller checks (load-time
+    // constants) are set only then.
+    let (from_pid, release) = unsafe {
+        (
+            core::mem::transmute::<usize, unsafe extern "C" fn(i32) -> u64>(KFUNC_CALL_TASK_FROM_PID as usize),
+            core::mem::transmute::<usize, unsafe extern "C" fn(u64)>(KFUNC_CALL_TASK_RELEASE as usize),
+        )
+    };
+    // SAFETY: takes any pid; returns a counted reference or null.
+    let t = unsafe { from_pid(tid as i32) };
+    if t == 0 {
+        // The owner exited since its ids were read.
+        return stack_error(ESRCH);
+    }
+    // Not compared with the owner's `task_struct`: the compiler would then
+    // pass that (a scalar to the verifier) for `t`. A pid reused between the
+    // owner's read and this lookup would give another task's stack, a
+    // window of microseconds against pid_max allocations.
+    // SAFETY: `t` is a trusted, counted task reference (released below);
+    // `buf.ips` is map memory of exactly `size_of_val` bytes.
+    let n = unsafe {
+        bpf_get_task_stack(t as *mut _, buf.ips.as_mut_ptr().cast(), core::mem::size_of_val(&buf.ips) as u32, 0)
+    };
+    // SAFETY: releases the reference `from_pid` gave.
+    unsafe { release(t) };
+    if n < 0 {
+        return failed(ctx, counter::STACK_FAILED, "bpf_get_task_stack", n);
+    }
+    let nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
+    buf.nr = nr;
+    let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr);
+    if STACKS.get_ptr(id).is_some() {
+        return id;
+    }
+    let stored: &StoredStack = buf;
+    match STACKS.insert(id, stored, u64::from(BPF_NOEXIST)) {
+        Ok(()) => {
+            count(counter::STACKS_STORED);
+            id
+        }
+        Err(e) if i64::from(e) == -EEXIST => id,
+        Err(e) => failed(ctx, counter::STACK_FAILED, "storing a stack", i64::from(e)),
+    }
+}
+
+/// `ESRCH`: no such task.
+const ESRCH: u32 = 3;
+
 /// Whether this CPU may walk one more stack in the current window. A kernel
 /// stack walk costs ~1.5-2 us, by far the largest part of a traced
 /// contention; under a storm the budget bounds that cost.
 #[inline(always)]
-fn budget_allows(limit: u32, now: u64) -> bool {
+pub(crate) fn budget_allows(limit: u32, now: u64) -> bool {
     if limit == 0 {
         return true;
     }

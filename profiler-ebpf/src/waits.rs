@@ -18,7 +18,7 @@ use crate::{
     context::{Ids, cgroup, config, config_copy, count, wanted},
     identity::identify,
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
-    owners::{mutex_word, note_holder, owner_comm, owner_of, spin_owner, swap_acquired},
+    owners::{mutex_word, note_asleep, note_holder, owner_comm, owner_of, spin_owner, swap_acquired, take_asleep},
     ringbuf,
     stack::{self, WalkContext, stack_for},
 };
@@ -179,6 +179,9 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
                 count(counter::REPEATED_BEGIN);
                 slot.flags |= flags;
                 slot.owner = owner_of(cfg, lock_addr, flags);
+                if MODERN && slab {
+                    note_asleep(ctx, cfg, &slot.owner, now, key, (lock_addr, slot.begin_ns));
+                }
                 let r = match entry {
                     Some(entry) if entry.lock_addr == 0 => {
                         *entry = *slot;
@@ -216,6 +219,10 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     target.cgroup_id = cgroup_id;
     (target.stack_id, target.user_stack_id) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
     target.owner = if first_spin { spin_owner(cfg, word) } else { owner_of(cfg, lock_addr, flags) };
+    if MODERN && slab && !first_spin {
+        // Tracing programs on 6.2+ (the kfuncs the owner's stack needs).
+        note_asleep(ctx, cfg, &target.owner, now, key, (lock_addr, now));
+    }
     if insert {
         let first: &PendingWait = target;
         return pending_inserted(ctx, PENDING.insert(key, first, u64::from(BPF_NOEXIST)));
@@ -396,7 +403,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
             flags: pending.flags | AGG_BLAME,
             stack_id: owner_stack,
             user_stack_id: USER_STACK_OFF,
-            cgroup_id: 0,
+            cgroup_id: take_asleep(cfg, task_key(ids.tid, ids.cpu), pending.lock_addr, pending.begin_ns),
             _pad: 0,
         };
         blamed = aggregate_as(&key, wait, || owner_comm(cfg, o));

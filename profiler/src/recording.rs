@@ -194,6 +194,7 @@ mod tests {
                 "futex_timed_out",
                 "futex_waits",
                 "map_ops_refused",
+                "owner_stack_skipped",
                 "stacks_evicted",
                 "stacks_late",
                 "stacks_read",

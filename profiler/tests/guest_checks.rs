@@ -270,6 +270,7 @@ fn blame_checks_want_sums_that_add_up_and_a_writer_path() {
         comm: "w".into(),
         caller: caller.into(),
         stack: vec![format!("{caller}+0x10")],
+        asleep_stack: Vec::new(),
         waits,
         wait_caused_ns: ns,
         wait_caused_max_ns: ns / waits, // within the lock's longest wait (2 us)

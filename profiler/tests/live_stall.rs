@@ -3,8 +3,13 @@
 //! known holder and prints them (`stall waiter <tid> holder <tid> ...`).
 //! The recording must show that wait among its slowest, as long as the
 //! workload measured it, and blame it on the holder with the holder's
-//! acquire stack (through splice). Skips, saying why, without root or
-//! the lock tracepoints; with `CI=true` that is a failure.
+//! acquire stack (through splice); with `--owner-stacks`, also with the
+//! stack the holder sleeps in while it holds the mutex (the send). Skips,
+//! saying why, without root or the lock tracepoints (and, for owner stacks,
+//! without the kernel's `bpf_task_from_pid`); with `CI=true` that is a
+//! failure.
+
+use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -21,6 +26,21 @@ fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("no number {k} in {v}"))
 }
 
+/// The tests run one at a time: each stall is alone on the machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Why owners' stacks cannot be walked on this kernel, if they cannot: the
+/// kfunc that hands programs a task reference (6.2+) is not in its BTF.
+fn task_kfuncs_missing() -> Option<String> {
+    let blob = std::fs::read("/sys/kernel/btf/vmlinux").ok()?;
+    let types = lockprof::ebpf::btf::Types::parse(&blob).ok()?;
+    (!types.has_func("bpf_task_from_pid")).then(|| "the kernel has no bpf_task_from_pid kfunc (Linux 6.2+)".into())
+}
+
+fn json(report: &[u8]) -> Value {
+    serde_json::from_slice(report).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(report)))
+}
+
 fn frames(v: &Value) -> Vec<&str> {
     v.as_array().expect("stack").iter().map(|f| f.as_str().expect("frame")).collect()
 }
@@ -31,6 +51,7 @@ fn stall_is_the_slowest_wait_and_blames_the_holder() {
     if !support::ready_unless(TEST, support::tracepoints_missing()) {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Waits of 50 ms and more are kept one by one: the stall is one. Every
     // contention's stack is walked (`--stack-rate 0`): a wait's stack is
     // taken when it begins (a mutex's: when its spin begins, before it is
@@ -39,9 +60,7 @@ fn stall_is_the_slowest_wait_and_blames_the_holder() {
     // holder then got no stack (seen: an empty `stack` on the 200 ms wait).
     let rec = Recorder::start(&["--outlier-us", "50000", "--stack-rate", "0", "--type", "mutex", "--format", "json"]);
     let s = stall::run(1.0, 2.0);
-    let report = rec.stop();
-    let v: Value = serde_json::from_slice(&report)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&report)));
+    let v = json(&rec.stop());
 
     // The waiter's wait, as long as the workload measured it (its measure
     // is an upper bound: from before the write to after it).
@@ -71,6 +90,41 @@ fn stall_is_the_slowest_wait_and_blames_the_holder() {
     assert_eq!((o["owner_kind"].as_str(), n(o, "owner_pid")), (Some("task"), s.pid), "{o}");
     assert_eq!(o["owner_comm"], "stall-holder", "{o}");
     assert!(n(o, "wait_caused_max_ns") >= wait, "the holder did not cause the {wait} ns wait: {o}");
+    let acquired = frames(&o["owner_stack"]);
+    assert!(acquired.iter().any(|f| f.contains("splice")), "the holder's acquire stack has no splice: {acquired:?}");
+}
+
+#[test]
+fn owner_stacks_show_where_the_holder_sleeps_holding_the_lock() {
+    const TEST: &str = "owner_stacks_show_where_the_holder_sleeps_holding_the_lock";
+    if !support::ready_unless(TEST, support::tracepoints_missing().or_else(task_kfuncs_missing)) {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Every stack walked (see above); the holder is asleep in its send to a
+    // full socket, holding the pipe mutex, when the waiter's wait begins.
+    let rec = Recorder::start(&["--owner-stacks", "--stack-rate", "0", "--type", "mutex", "--format", "json"]);
+    let s = stall::run(1.0, 2.0);
+    let v = json(&rec.stop());
+    let notes = v["notes"].to_string();
+    assert!(!notes.contains("owner stacks"), "owner stacks are off: {notes}");
+    let owners: Vec<&Value> = v["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter_map(|l| l["owners"].as_array())
+        .flatten()
+        .filter(|o| o["owner_tid"].as_u64() == Some(s.holder))
+        .collect();
+    let stalled: Vec<&&Value> = owners.iter().filter(|o| n(o, "wait_caused_max_ns") >= STALL_MS * 1_000_000).collect();
+    let [o] = stalled[..] else { panic!("want one owner row of the holder {} with the stall: {owners:?}", s.holder) };
+    eprintln!("owner: {o}");
+    let asleep = frames(&o["owner_asleep_stack"]);
+    assert!(
+        asleep.iter().any(|f| f.contains("sendmsg")),
+        "the holder's stack while asleep holding the mutex is not in its send: {asleep:?}"
+    );
+    // Its acquire stack is still there, beside it.
     let acquired = frames(&o["owner_stack"]);
     assert!(acquired.iter().any(|f| f.contains("splice")), "the holder's acquire stack has no splice: {acquired:?}");
 }

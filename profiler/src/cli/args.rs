@@ -107,6 +107,14 @@ pub struct SessionArgs {
     /// one or two reads per wait).
     #[arg(long)]
     pub no_owners: bool,
+    /// When a waiter finds a mutex's or rwsem's owner asleep, also walk the
+    /// owner's current kernel stack: what it is doing while it holds the
+    /// lock (perf lock contention's -ov), shown beside its acquire stack in
+    /// `--by owner` and the blame profile. Once per sleep, under
+    /// --stack-rate. Needs the tp_btf or fentry backend on Linux 6.2+
+    /// (bpf_task_from_pid).
+    #[arg(long, conflicts_with = "no_owners")]
+    pub owner_stacks: bool,
     /// How waits reach userspace.
     #[arg(long, value_enum, default_value_t = Mode::Aggregate)]
     pub mode: Mode,

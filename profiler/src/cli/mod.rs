@@ -10,6 +10,8 @@ pub use args::{
     TopArgs, VERSION, ViewArgs,
 };
 
+use profiler_common::{OWNER_STACKS, OWNERS_ON};
+
 use crate::{
     cgroups::CgroupFs,
     ebpf::{BackendChoice, LoadOptions},
@@ -41,6 +43,7 @@ impl SessionArgs {
             ("--no-yield-to", self.no_yield_to),
             ("--no-holds", self.no_holds),
             ("--no-owners", self.no_owners),
+            ("--owner-stacks", self.owner_stacks),
             ("--mode", self.mode != Mode::Aggregate),
             ("--outlier-us", self.outlier_us != defaults::OUTLIER_US),
             ("--stack-rate", self.stack_rate != defaults::STACK_RATE),
@@ -112,7 +115,13 @@ impl TryFrom<&SessionArgs> for SessionOptions {
         c.type_mask = if a.types.is_empty() { u32::MAX } else { a.types.iter().fold(0, |m, t| m | t.bit()) };
         c.filter_tgid = u32::from(!a.pid.is_empty());
         c.outlier_ns = a.outlier_us.saturating_mul(1000);
-        c.owners = u32::from(!a.no_owners);
+        c.owners = if a.no_owners {
+            0
+        } else if a.owner_stacks {
+            OWNERS_ON | OWNER_STACKS
+        } else {
+            OWNERS_ON
+        };
         o.set_mode(a.mode);
         o.set_stack_rate(a.stack_rate);
         Ok(o)

@@ -5,7 +5,10 @@
 //! the function's id in the kernel's BTF). `Config::kfuncs` tells the
 //! programs which calls were bound; the others stay unreachable.
 
-use profiler_common::{KFUNC_CALL_GET_KMEM_CACHE, KFUNC_CALL_RDONLY_CAST, KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST};
+use profiler_common::{
+    KFUNC_CALL_GET_KMEM_CACHE, KFUNC_CALL_RDONLY_CAST, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE,
+    KFUNC_GET_KMEM_CACHE, KFUNC_RDONLY_CAST, KFUNC_TASK_FROM_PID, KFUNC_TASK_RELEASE,
+};
 
 use super::btf::Types;
 
@@ -20,6 +23,8 @@ const SHF_EXECINSTR: u64 = 0x4;
 const KFUNCS: &[(u32, &str, u32)] = &[
     (KFUNC_CALL_GET_KMEM_CACHE, "bpf_get_kmem_cache", KFUNC_GET_KMEM_CACHE),
     (KFUNC_CALL_RDONLY_CAST, "bpf_rdonly_cast", KFUNC_RDONLY_CAST),
+    (KFUNC_CALL_TASK_FROM_PID, "bpf_task_from_pid", KFUNC_TASK_FROM_PID),
+    (KFUNC_CALL_TASK_RELEASE, "bpf_task_release", KFUNC_TASK_RELEASE),
 ];
 
 /// An 8-byte aligned copy of an object (aya parses ELF structs in place).

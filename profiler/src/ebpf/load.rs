@@ -14,7 +14,7 @@ use aya::{
     programs::Iter,
 };
 use profiler_common::{
-    Config, KFUNC_RDONLY_CAST, TaskOffsets,
+    Config, KFUNC_RDONLY_CAST, KFUNC_TASK_FROM_PID, KFUNC_TASK_RELEASE, OWNER_STACKS, TaskOffsets, known,
     names::{map, prog},
 };
 
@@ -317,6 +317,33 @@ fn naming(
     (naming, slabs)
 }
 
+/// Why `--owner-stacks`, asked for, cannot walk owners' stacks with what
+/// attached (None: it can, or it was not asked for).
+fn owner_stacks_missing(config: &Config, backend: WaitBackend) -> Option<String> {
+    if config.owners & OWNER_STACKS == 0 {
+        return None;
+    }
+    let missing: Vec<&str> = [
+        ("bpf_task_from_pid", KFUNC_TASK_FROM_PID),
+        ("bpf_task_release", KFUNC_TASK_RELEASE),
+        ("bpf_rdonly_cast", KFUNC_RDONLY_CAST),
+    ]
+    .into_iter()
+    .filter(|&(_, bit)| config.kfuncs & bit == 0)
+    .map(|(name, _)| name)
+    .collect();
+    if !missing.is_empty() {
+        return Some(format!("this kernel lacks {} (Linux 6.2+)", missing.join(", ")));
+    }
+    if backend != WaitBackend::TpBtf && backend.probe_kind() != Some(ProbeKind::Fentry) {
+        return Some(format!("the {} backend cannot call kfuncs (use --backend tp_btf or fentry)", backend.name()));
+    }
+    if !known(config.layout.task_nvcsw) || !known(config.layout.task_state) {
+        return Some("this kernel's BTF lacks task_struct.__state or nvcsw".into());
+    }
+    None
+}
+
 impl Probes {
     /// Checks privileges, loads the object with `opts`, and attaches.
     pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
@@ -359,6 +386,9 @@ impl Probes {
             }),
         };
         let backend = attach_wait_backend(&mut ebpf, opts, btf, &config, &mut notes)?;
+        if let Some(why) = owner_stacks_missing(&config, backend) {
+            notes.push(format!("owner stacks (--owner-stacks) are off: {why}"));
+        }
         let futex = if opts.futex {
             super::futex::attach(&mut ebpf, &mut notes)
         } else {

@@ -5,7 +5,7 @@
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
     Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, Layout,
-    TaskOffsets, TpOffsets,
+    OWNER_STACKS, TaskOffsets, TpOffsets,
     futex::FUTEX_WAIT_ENTRIES,
     names::{self, map},
 };
@@ -113,6 +113,10 @@ pub(super) fn load_object(
         .map_max_entries(map::USER_STACKS, if opts.config.user_stacks != 0 { opts.stack_entries } else { 1 })
         .map_max_entries(map::PENDING, opts.pending_entries)
         .map_max_entries(map::FUTEX_WAITS, if opts.futex { FUTEX_WAIT_ENTRIES } else { 1 })
+        .map_max_entries(
+            map::OWNER_ASLEEP,
+            if opts.config.owners & OWNER_STACKS != 0 { DEFAULT_PENDING_ENTRIES } else { 1 },
+        )
         .map_max_entries(map::AGG_A, opts.agg_entries)
         .map_max_entries(map::AGG_B, opts.agg_entries)
         .load(object.bytes())?;

@@ -271,6 +271,7 @@ mod tests {
             comm: comm.into(),
             caller: caller.into(),
             stack: stack.iter().map(|f| f.to_string()).collect(),
+            asleep_stack: Vec::new(),
             waits: 1,
             wait_caused_ns: ns,
             wait_caused_max_ns: ns,

@@ -160,6 +160,8 @@ pub struct Bookkeeping {
     /// Of those, long waits (at least `--outlier-us`) whose kernel stack was
     /// taken at their end instead.
     pub stacks_late: u64,
+    /// `--owner-stacks`: a sleeping owner's stack not walked (budget spent).
+    pub owner_stack_skipped: u64,
     /// Aggregate mode: a key did not fit in the aggregate map; the wait was streamed instead.
     pub agg_map_full: u64,
     /// Aggregate mode: long waits also streamed for the slowest-waits list.
@@ -217,13 +219,14 @@ pub struct Bookkeeping {
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 30] = [
+    pub const LIST: [Field<Bookkeeping>; 31] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
         field!(kernel(counter::STACK_REUSED), stack_reused),
         field!(kernel(counter::STACK_SKIPPED), stack_skipped),
         field!(kernel(counter::STACKS_LATE), stacks_late),
+        field!(kernel(counter::OWNER_STACK_SKIPPED), owner_stack_skipped),
         field!(kernel(counter::AGG_FULL), agg_map_full),
         field!(kernel(counter::OUTLIERS), outliers),
         field!(kernel(counter::HOLDS), holds),

@@ -30,13 +30,20 @@ impl YieldCaller {
 
 impl OwnerProfile {
     /// The owner's acquire stack (or what is known of it), innermost first,
-    /// under a root frame naming the owner (see the module documentation).
+    /// under a root frame naming the owner (see the module documentation);
+    /// above it, when the owner was asleep holding the lock, the stack it
+    /// slept in under [`placeholders::OWNER_ASLEEP`].
     pub fn frames(&self) -> Vec<String> {
-        let (mut frames, root) = match self.kind {
+        let mut frames = self.asleep_stack.clone();
+        if !frames.is_empty() {
+            frames.push(placeholders::OWNER_ASLEEP.to_string());
+        }
+        let (acquired, root) = match self.kind {
             OwnerKind::Task => (stack_or_caller(&self.stack, &self.caller).to_vec(), placeholders::held_by(&self.comm)),
             OwnerKind::Readers => (Vec::new(), placeholders::HELD_BY_READERS.to_string()),
             OwnerKind::Unknown => (Vec::new(), placeholders::OWNER_UNKNOWN.to_string()),
         };
+        frames.extend(acquired);
         frames.push(root);
         frames
     }
@@ -54,6 +61,7 @@ mod tests {
             comm: comm.into(),
             caller: caller.into(),
             stack: stack.iter().map(|f| f.to_string()).collect(),
+            asleep_stack: Vec::new(),
             waits: 1,
             wait_caused_ns: 1,
             wait_caused_max_ns: 1,
@@ -70,5 +78,17 @@ mod tests {
         assert_eq!(readers.frames(), [placeholders::HELD_BY_READERS]);
         let unknown = owner(OwnerKind::Unknown, "", placeholders::OWNER_UNKNOWN, &[]);
         assert_eq!(unknown.frames(), [placeholders::OWNER_UNKNOWN]);
+        let asleep = OwnerProfile { asleep_stack: vec!["schedule+0x2".into(), "unix_stream_sendmsg+0x9".into()], ..w };
+        assert_eq!(
+            asleep.frames(),
+            [
+                "schedule+0x2",
+                "unix_stream_sendmsg+0x9",
+                placeholders::OWNER_ASLEEP,
+                "mutex_lock+0x1",
+                "pipe_write+0x5",
+                "[held by writer]"
+            ]
+        );
     }
 }

@@ -27,6 +27,9 @@ pub const UNKNOWN_FN: &str = "[unknown]";
 pub const HELD_BY_READERS: &str = "[held by readers]";
 /// The owner took the lock without a wait lockprof saw (no acquire stack).
 pub const ACQUIRED_UNSEEN: &str = "[acquired without a wait lockprof saw]";
+/// Between an owner's acquire stack and the stack it sleeps in while
+/// holding the lock (`--owner-stacks`), root-first.
+pub const OWNER_ASLEEP: &str = "[owner asleep, holding it, in]";
 /// Waits no owner was seen for.
 pub const OWNER_UNKNOWN: &str = "[owner unknown]";
 /// A yield_to target the kernel did not name.

@@ -133,6 +133,10 @@ pub struct OwnerProfile {
     /// The stack the owner acquired the lock with (empty when it acquired
     /// it without a wait lockprof saw).
     pub stack: Vec<String>,
+    /// The stack the owner was asleep in, holding the lock, when the waits
+    /// began (`--owner-stacks`; empty when it was running or not walked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asleep_stack: Vec<String>,
     /// Waits it caused.
     pub waits: u64,
     /// Their total, ns.

@@ -348,6 +348,7 @@ mod tests {
             comm: String::new(),
             caller: placeholders::OWNER_UNKNOWN.into(),
             stack: Vec::new(),
+            asleep_stack: Vec::new(),
             waits: 1,
             wait_caused_ns: 500,
             wait_caused_max_ns: 500,

@@ -192,7 +192,8 @@ fn owners<S: StackSource>(
     if agg.blame.is_empty() && !key.lock_type.records_owner() {
         return Vec::new();
     }
-    let mut merged: BTreeMap<(u32, Vec<String>, String), OwnerProfile> = BTreeMap::new();
+    type Merge = (u32, Vec<String>, String, Vec<String>);
+    let mut merged: BTreeMap<Merge, OwnerProfile> = BTreeMap::new();
     for (who, b) in &agg.blame {
         // A user-space lock's owner read from the lock's memory is one only
         // if it is a thread of the lock's process (a Rust Mutex keeps its
@@ -208,6 +209,11 @@ fn owners<S: StackSource>(
             let (rs, _) = stacks.caller(who.stack_id);
             (rs.caller, rs.frames.to_vec())
         };
+        let asleep = if is_stack(who.asleep_stack_id) {
+            stacks.caller(who.asleep_stack_id).0.frames.to_vec()
+        } else {
+            Vec::new()
+        };
         let kind = if who.owner_tid == 0 { OwnerKind::Readers } else { OwnerKind::Task };
         let mut comm = comm_str(&b.comm);
         if comm.is_empty() && kind == OwnerKind::Task && who != &BlameKey::OVERFLOW {
@@ -216,16 +222,19 @@ fn owners<S: StackSource>(
         if who == &BlameKey::OVERFLOW {
             comm = placeholders::OTHER_OWNERS.into();
         }
-        let o = merged.entry((who.owner_tid, stack.clone(), caller.clone())).or_insert_with(|| OwnerProfile {
-            kind,
-            tid: if kind == OwnerKind::Task { who.owner_tid } else { 0 },
-            pid: b.tgid,
-            comm,
-            caller,
-            stack,
-            waits: 0,
-            wait_caused_ns: 0,
-            wait_caused_max_ns: 0,
+        let o = merged.entry((who.owner_tid, stack.clone(), caller.clone(), asleep.clone())).or_insert_with(|| {
+            OwnerProfile {
+                kind,
+                tid: if kind == OwnerKind::Task { who.owner_tid } else { 0 },
+                pid: b.tgid,
+                comm,
+                caller,
+                stack,
+                asleep_stack: asleep,
+                waits: 0,
+                wait_caused_ns: 0,
+                wait_caused_max_ns: 0,
+            }
         });
         o.waits += b.waits;
         o.wait_caused_ns = o.wait_caused_ns.saturating_add(b.wait_ns);
@@ -243,6 +252,7 @@ fn owners<S: StackSource>(
             comm: String::new(),
             caller: placeholders::OWNER_UNKNOWN.into(),
             stack: Vec::new(),
+            asleep_stack: Vec::new(),
             waits: rest_waits,
             wait_caused_ns: rest_ns,
             wait_caused_max_ns: 0,
@@ -443,10 +453,11 @@ fn name_by_address(
 /// callers, the slowest waits), repeats included: kernel stack ids, and
 /// the user stack ids of joined callers.
 fn stack_ids(snap: &Snapshot) -> impl Iterator<Item = (StackId, Option<StackId>)> + '_ {
-    let locks = snap
-        .locks
-        .values()
-        .flat_map(|l| l.callers.keys().chain(l.hold_callers.keys()).copied().chain(l.blame.keys().map(|b| b.stack_id)));
+    let locks = snap.locks.values().flat_map(|l| {
+        let asleep = l.blame.keys().map(|b| b.asleep_stack_id).filter(|&id| is_stack(id));
+        let blame = l.blame.keys().map(|b| b.stack_id).chain(asleep);
+        l.callers.keys().chain(l.hold_callers.keys()).copied().chain(blame)
+    });
     snap.yields.callers.keys().copied().chain(snap.slowest.iter().map(|e| e.stack_id)).chain(locks).map(|id| match snap
         .joined
         .get(&id)
@@ -761,7 +772,7 @@ ffffffff822702f1 T __lock_text_end
         let mut agg = Aggregator::new(Limits::default());
         let lock = 0xffff_8880_0000_1000;
         let owned =
-            |tid, stack_id| Owner { kind: owner::TASK, tid, tgid: 7, _pad: 0, stack_id, task: 0, comm: [b'w'; 16] };
+            |tid, stack_id| Owner { kind: owner::TASK, tid, tgid: 7, stack_id, comm: [b'w'; 16], ..Owner::default() };
         for (wait, o) in [
             (1_000, owned(50, 1)),
             (2_000, owned(50, 2)), // the same stack once symbolized

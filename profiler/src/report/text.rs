@@ -320,6 +320,12 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
                 for f in &o.stack {
                     let _ = writeln!(out, "{:>40}{f}", "");
                 }
+                if !o.asleep_stack.is_empty() {
+                    let _ = writeln!(out, "{:>40}{}", "", placeholders::OWNER_ASLEEP);
+                    for f in &o.asleep_stack {
+                        let _ = writeln!(out, "{:>42}{f}", "");
+                    }
+                }
             }
         }
         By::Task => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use profiler_common::{DEFAULT_STACK_ENTRIES, MODE_AGGREGATE, MODE_STREAM, STACK_WINDOWS_PER_S};
+use profiler_common::{DEFAULT_STACK_ENTRIES, MODE_AGGREGATE, MODE_STREAM, OWNERS_ON, STACK_WINDOWS_PER_S};
 
 use crate::{cgroups::CgroupFs, ebpf::LoadOptions, incident::IncidentOptions, pipeline::Limits};
 
@@ -112,7 +112,7 @@ impl SessionOptions {
         o.set_mode(Mode::Aggregate);
         o.set_stack_rate(defaults::STACK_RATE);
         o.load.config.outlier_ns = defaults::OUTLIER_US * 1_000;
-        o.load.config.owners = 1;
+        o.load.config.owners = OWNERS_ON;
         o.load.config.cgroups = 1;
         o.limits.max_callers = defaults::MAX_CALLERS;
         o

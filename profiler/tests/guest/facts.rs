@@ -45,7 +45,13 @@ pub struct Facts {
     btf_funcs: Vec<String>,
     /// The `bpf_get_kmem_cache` kfunc (6.13+): slab caches of lock addresses.
     pub slab_kfunc: bool,
+    /// The kfuncs `--owner-stacks` needs (6.2+): `bpf_task_from_pid`,
+    /// `bpf_task_release`, `bpf_rdonly_cast`.
+    pub task_kfuncs: bool,
 }
+
+/// The kfuncs `--owner-stacks` needs.
+const TASK_KFUNCS: [&str; 3] = ["bpf_task_from_pid", "bpf_task_release", "bpf_rdonly_cast"];
 
 /// Whether the kernel answers EPERM to any BPF trampoline: one fentry on
 /// every release function of a fresh copy of the object, detached again.
@@ -71,6 +77,7 @@ impl Facts {
         };
         let mut wanted: Vec<&str> = WAIT_TARGETS.iter().map(|t| t.func).collect();
         wanted.push("bpf_get_kmem_cache");
+        wanted.extend(TASK_KFUNCS);
         let btf_funcs: Vec<String> = std::fs::read("/sys/kernel/btf/vmlinux")
             .ok()
             .and_then(|b| {
@@ -79,6 +86,7 @@ impl Facts {
             .unwrap_or_default();
         Facts {
             slab_kfunc: btf_funcs.iter().any(|f| f == "bpf_get_kmem_cache"),
+            task_kfuncs: TASK_KFUNCS.iter().all(|k| btf_funcs.iter().any(|f| f == k)),
             rt: kallsyms.address_of("rt_spin_lock").is_some(),
             btf_funcs,
             trampolines_refused: trampolines_refused(),

@@ -16,6 +16,7 @@ mod facts;
 mod ftrace;
 mod futex;
 mod hold_backend;
+mod owner_stacks;
 mod until;
 mod user_stacks;
 mod yields;
@@ -196,7 +197,7 @@ fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
     let family = |fam: Family| if slowpath { f.slowpath_missing(backend, fam) } else { None };
     let skip = |extra: Option<String>| missing.clone().or(extra);
     let tasklist_in_kallsyms = f.kallsyms.address_of("tasklist_lock").is_some();
-    vec![
+    let mut trials = vec![
         trial(format!("{b}::pipe_mutex"), skip(family(Family::Mutex)), move || {
             recorded(backend, Workload::Pipe, checks::pipe_waits)
         }),
@@ -242,7 +243,15 @@ fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
         trial(format!("{b}::user_stacks_name_the_writer"), skip(family(Family::Mutex)), move || {
             user_stacks::writer(backend)
         }),
-    ]
+    ];
+    // The owner's stack while asleep: only programs that may call kfuncs.
+    if matches!(backend, BackendChoice::TpBtf | BackendChoice::Fentry) {
+        let kfuncs = (!f.task_kfuncs).then(|| "the kernel has no bpf_task_from_pid kfunc (6.2+)".to_string());
+        trials.push(trial(format!("{b}::owner_asleep_stack"), skip(family(Family::Mutex).or(kfuncs)), move || {
+            owner_stacks::asleep(backend)
+        }));
+    }
+    trials
 }
 
 fn rwlock_waits(p: &Profile) -> u64 {

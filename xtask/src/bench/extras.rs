@@ -158,13 +158,14 @@ pub fn futex_program_costs(threads: usize, secs: f64) -> Result<Vec<FutexProgCos
 }
 
 /// The tracers of the cost table: label and arguments.
-const COST_TRACERS: [(&str, &[&str]); 9] = [
+const COST_TRACERS: [(&str, &[&str]); 10] = [
     ("floor", &["floor"]),
     ("lockprof (default)", &["record", "--format", "json", "--top", "1"]),
     ("lockprof --no-owners", &["record", "--format", "json", "--top", "1", "--no-owners"]),
     ("lockprof --no-cgroups", &["record", "--format", "json", "--top", "1", "--no-cgroups"]),
     ("lockprof --no-owners --no-cgroups", &["record", "--format", "json", "--top", "1", "--no-owners", "--no-cgroups"]),
     ("lockprof --mode stream", &["record", "--format", "json", "--top", "1", "--mode", "stream"]),
+    ("lockprof --owner-stacks", &["record", "--format", "json", "--top", "1", "--owner-stacks"]),
     ("lockprof --user-stacks", &["record", "--format", "json", "--top", "1", "--user-stacks"]),
     ("lockprof --futex", &["record", "--format", "json", "--top", "1", "--futex"]),
     (

@@ -68,7 +68,7 @@ pub fn layout(t: &Types<'_>) -> Layout {
         css_set_dfl_cgrp: first(t, "css_set", &["dfl_cgrp"]),
         cgroup_kn: first(t, "cgroup", &["kn"]),
         kernfs_node_id: first(t, "kernfs_node", &["id"]),
-        _pad: 0,
+        task_nvcsw: first(t, "task_struct", &["nvcsw"]),
     }
 }
 

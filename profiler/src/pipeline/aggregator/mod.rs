@@ -148,7 +148,8 @@ impl Aggregator {
             } else {
                 o.stack_id
             };
-            self.fold_blame(LockKey::of(ev), BlameKey { owner_tid: tid, stack_id }, &b);
+            // Streamed waits carry no owner's stack while asleep (aggregate mode does).
+            self.fold_blame(LockKey::of(ev), BlameKey::acquired(tid, stack_id), &b);
         }
     }
 
@@ -206,7 +207,8 @@ impl Aggregator {
         if key.flags & AGG_BLAME != 0 {
             let lock = LockKey::new(key.lock_addr, key.flags & !AGG_BLAME, key.tgid);
             let stack_id = caller_id(&mut self.state.joined, key.stack_id, key.user_stack_id);
-            let who = BlameKey { owner_tid: key.tid, stack_id };
+            // A blame key's cgroup field carries the owner's stack while asleep.
+            let who = BlameKey { owner_tid: key.tid, stack_id, asleep_stack_id: key.cgroup_id };
             let b = BlameAgg { tgid: key.tgid, comm: v.comm, waits: v.count, wait_ns: v.total_ns, max_ns: v.max_ns };
             self.fold_blame(lock, who, &b);
             return;

@@ -61,19 +61,32 @@ pub struct LockAgg {
     pub caller_touched: FxHashMap<StackId, u64>,
 }
 
-/// Who a wait is blamed on: the owner thread (0: readers) and the stack it
-/// acquired the lock with ([`BlameKey::OVERFLOW`] past the cap).
+/// Who a wait is blamed on: the owner thread (0: readers), the stack it
+/// acquired the lock with, and the stack it slept in while holding it
+/// (`--owner-stacks`) ([`BlameKey::OVERFLOW`] past the cap).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlameKey {
     /// Owner thread id, 0 for readers.
     pub owner_tid: u32,
     /// Owner's acquire stack id.
     pub stack_id: StackId,
+    /// Owner's stack while asleep ([`profiler_common::STACK_SKIPPED`]: not
+    /// asleep, or not walked).
+    pub asleep_stack_id: StackId,
 }
 
 impl BlameKey {
     /// The row of owners past the per-lock cap.
-    pub const OVERFLOW: BlameKey = BlameKey { owner_tid: OVERFLOW_TID, stack_id: profiler_common::STACK_OVERFLOW };
+    pub const OVERFLOW: BlameKey = BlameKey {
+        owner_tid: OVERFLOW_TID,
+        stack_id: profiler_common::STACK_OVERFLOW,
+        asleep_stack_id: profiler_common::STACK_SKIPPED,
+    };
+
+    /// Blame on `owner_tid` with acquire stack `stack_id`, no stack while asleep.
+    pub fn acquired(owner_tid: u32, stack_id: StackId) -> BlameKey {
+        BlameKey { owner_tid, stack_id, asleep_stack_id: profiler_common::STACK_SKIPPED }
+    }
 }
 
 /// Waits one owner caused.

@@ -320,10 +320,9 @@ fn blame_from_streams_and_aggregates_sums_per_owner() {
         kind: owner::TASK,
         tid,
         tgid: 100,
-        _pad: 0,
         stack_id,
-        task: 0,
         comm: *b"writer\0\0\0\0\0\0\0\0\0\0",
+        ..Owner::default()
     };
     let mut e = ev(0x700, lcb::MUTEX, 1_000, 1, 3);
     e.owner = task(42, 9);
@@ -343,20 +342,25 @@ fn blame_from_streams_and_aggregates_sums_per_owner() {
         flags: lcb::MUTEX | AGG_BLAME,
         stack_id: 9,
         user_stack_id: profiler_common::USER_STACK_OFF,
-        cgroup_id: 0,
+        cgroup_id: profiler_common::STACK_SKIPPED,
         _pad: 0,
     };
     let v = AggVal { count: 2, total_ns: 6_000, min_ns: 2_000, max_ns: 4_000, ..AggVal::default() };
     a.ingest_agg(&key, &v);
+    // The same owner found asleep (`--owner-stacks`), aggregated in the
+    // kernel (the blame key's cgroup field carries its stack then).
+    a.ingest_agg(&AggKey { cgroup_id: 77, ..key }, &AggVal { count: 2, total_ns: 15_000, max_ns: 8_000, ..v });
     let s = a.snapshot();
     assert_eq!(s.events, 4, "blame aggregates are not contentions");
     let lock = s.locks.values().next().expect("lock");
-    let w = &lock.blame[&BlameKey { owner_tid: 42, stack_id: 9 }];
+    let w = &lock.blame[&BlameKey::acquired(42, 9)];
     assert_eq!((w.waits, w.wait_ns, w.max_ns, w.tgid), (4, 10_000, 4_000, 100));
     assert_eq!(&w.comm[..6], b"writer");
-    let r = &lock.blame[&BlameKey { owner_tid: 0, stack_id: profiler_common::STACK_SKIPPED }];
+    let r = &lock.blame[&BlameKey::acquired(0, profiler_common::STACK_SKIPPED)];
     assert_eq!((r.waits, r.wait_ns), (1, 500), "readers are blamed under tid 0");
-    assert_eq!(lock.blame.len(), 2, "the unknown owner is not a blame row");
+    let z = &lock.blame[&BlameKey { asleep_stack_id: 77, ..BlameKey::acquired(42, 9) }];
+    assert_eq!((z.waits, z.wait_ns, z.max_ns), (2, 15_000, 8_000), "blame with the owner asleep is its own row");
+    assert_eq!(lock.blame.len(), 3, "the unknown owner is not a blame row");
 }
 
 #[test]

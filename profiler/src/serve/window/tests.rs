@@ -61,6 +61,7 @@ fn owner_rows_grow_apart_from_the_waiters_stacks() {
         caller: "a+0x10".into(),
         // The same stack as the waiter's: the root frame keeps them apart.
         stack: vec!["a+0x10".into()],
+        asleep_stack: Vec::new(),
         waits,
         wait_caused_ns: ns,
         wait_caused_max_ns: ns,
