@@ -34,14 +34,8 @@ impl KernelCounters {
 }
 
 /// Counter totals over all CPUs, indexed by `profiler_common::counter`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CounterValues(pub [u64; counter::COUNT as usize]);
-
-impl Default for CounterValues {
-    fn default() -> Self {
-        CounterValues([0; counter::COUNT as usize])
-    }
-}
 
 impl CounterValues {
     /// A counter by index.
