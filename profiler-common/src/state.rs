@@ -54,22 +54,29 @@ pub struct OwnerAsleep {
     pub stack_id: StackId,
 }
 
-/// Slots of the `ACQUIRED` array: the last contended acquisition per lock
-/// slot (which thread, with which stack).
+/// Slots of the `ACQUIRED` array, one per thread ([`acquired_index`]): the
+/// lock each thread last waited on, and with which stack.
 pub const ACQUIRED_SLOTS: u32 = 4096;
 
-/// An entry of `ACQUIRED`.
+/// An entry of `ACQUIRED`: a thread's last wait on a lock that records its
+/// owner, written when the wait began (once it has acquired the lock, the
+/// acquire stack later waiters charge it with). A cache line of its own:
+/// the threads of one storm have consecutive ids, and a slot another
+/// thread's writes kept pulling away would be read at every first spin.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Acquired {
     /// The lock.
     pub lock_addr: u64,
-    /// Its stack at the wait that ended in the acquisition.
+    /// Its stack at the wait.
     pub stack_id: StackId,
-    /// The thread that acquired it.
+    /// The thread that waited (a slot is shared by thread ids
+    /// `ACQUIRED_SLOTS` apart).
     pub tid: u32,
-    /// The wait's flags (`lcb`): which side of an rwsem it took.
+    /// The wait's flags (`lcb`): which side of an rwsem it waited for.
     pub flags: u32,
+    /// The rest of the slot's cache line.
+    pub _pad: [u64; 5],
 }
 
 /// Value of `HOLDERS` (keyed by lock address): who holds a lock with no
@@ -85,10 +92,10 @@ pub struct Holder {
     pub stack_id: StackId,
 }
 
-/// Slot of `lock` in `ACQUIRED`.
+/// Slot of thread `tid` in `ACQUIRED`.
 #[inline(always)]
-pub const fn acquired_index(lock: u64) -> u32 {
-    ((lock >> 4) ^ (lock >> 16)) as u32 & (ACQUIRED_SLOTS - 1)
+pub const fn acquired_index(tid: u32) -> u32 {
+    tid & (ACQUIRED_SLOTS - 1)
 }
 
 /// State between `contention_begin` and `contention_end`: the value of the
@@ -249,9 +256,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<PendingWait>(), 104);
         assert_eq!(core::mem::size_of::<Owner>(), 48);
         assert_eq!(core::mem::size_of::<OwnerAsleep>(), 24);
-        assert_eq!(core::mem::size_of::<Acquired>(), 24);
+        assert_eq!(core::mem::size_of::<Acquired>(), 64);
         assert_eq!(core::mem::size_of::<Holder>(), 16);
-        assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u64::MAX) < ACQUIRED_SLOTS);
+        assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u32::MAX) < ACQUIRED_SLOTS);
         assert_eq!(core::mem::size_of::<CachedStack>(), 32);
         assert!(STACK_CACHE_SLOTS.is_power_of_two());
         assert!((0..1000u32).all(|t| stack_cache_index(t, u32::MAX) < STACK_CACHE_SLOTS));

@@ -193,9 +193,10 @@ pub fn config_copy() -> Config {
 
 /// The lock a fentry program gets (its first argument) as a plain number.
 /// The verifier types a struct pointer argument (`struct mutex *`) and, on
-/// older kernels (5.10), forbids arithmetic on it, which the slot hashes
-/// (`ident_seen_index`, `acquired_index`) need: a copy read through the helper
-/// is a scalar. Every fentry program that hashes its lock reads it here.
+/// older kernels (5.10), forbids arithmetic on it, which the slot hash
+/// (`ident_seen_index`) needs: a copy read through the helper is a scalar.
+/// Every fentry program that hashes its lock, or keys a map with it, reads
+/// it here.
 #[inline(always)]
 pub fn fentry_lock(ctx: &FEntryContext) -> u64 {
     // SAFETY: the first u64 of the trampoline's argument array, read through

@@ -84,7 +84,7 @@ macro_rules! fentry_releases {
         /// fentry on a release function.
         #[fentry]
         pub fn $fe(ctx: FEntryContext) -> i32 {
-            // Read as a scalar: `on_release` hashes it into an `ACQUIRED` slot.
+            // Read as a scalar (see `fentry_lock`): `on_release` keys maps with it.
             let lock = fentry_lock(&ctx);
             match on_release(&ctx, lock) {
                 Ok(r) | Err(r) => r as i32,

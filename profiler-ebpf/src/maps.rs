@@ -134,8 +134,9 @@ pub static IDENT_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(IDENT_SE
 #[map]
 pub static RQ_SEEN: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// The last contended acquisition per lock slot (`acquired_index`): which
-/// thread, with which stack (the owner's stack for later waiters).
+/// Each thread's last wait on a lock that records its owner, one slot per
+/// thread (`acquired_index`): which lock, with which stack (once it holds
+/// the lock, the owner's stack for later waiters).
 #[map]
 pub static ACQUIRED: Array<Acquired> = Array::with_max_entries(ACQUIRED_SLOTS, 0);
 

@@ -2,14 +2,14 @@
 //! mutexes (`mutex.owner`), rwsems (`rw_semaphore.owner`, or readers) and
 //! PREEMPT_RT's rt_mutex-based locks, flag bits masked; and the stack that
 //! owner acquired the lock with, when it acquired it after a wait (the
-//! `ACQUIRED` array, written at every contended acquisition). Reads go
+//! `ACQUIRED` array: each thread's last wait, written when it began). Reads go
 //! through `bpf_rdonly_cast` (plain fault-safe loads) where the kernel has
 //! it, else `bpf_probe_read_kernel`.
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::tracing::StackIdContext};
 use profiler_common::{
-    Acquired, Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, KFUNCS_OWNER_STACKS, LockType, OWNER_STACKS,
-    Owner, OwnerAsleep, STACK_SKIPPED, StackId, acquired_index, counter, is_stack, known, lcb, owner,
+    Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, KFUNCS_OWNER_STACKS, LockType, OWNER_STACKS, Owner,
+    OwnerAsleep, STACK_SKIPPED, StackId, acquired_index, counter, is_stack, known, lcb, owner,
 };
 
 use crate::{
@@ -155,19 +155,23 @@ pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
     o.kind = owner::TASK;
     o.task = task;
     (o.tid, o.tgid) = task_ids(cfg, task);
-    // Its last contended acquisition of this lock, if that is the hold it
-    // is in: a write-owned rwsem was taken for write (an owner that waited
-    // as a reader earlier and then took the write side uncontended must not
-    // show its read stack); a release probe forgets the entry at release.
-    let rwsem = matches!(LockType::from_flags(flags), LockType::Rwsem | LockType::RwlockRt);
-    if let Some(a) = ACQUIRED.get(acquired_index(lock))
-        && a.lock_addr == lock
-        && a.tid == o.tid
-        && (!rwsem || a.flags & lcb::WRITE != 0)
-    {
-        o.stack_id = a.stack_id;
-    }
+    o.stack_id = acquired_stack(o.tid, lock, flags);
     o
+}
+
+/// The stack owner `tid` acquired `lock` with: its last wait, if that was
+/// on this lock (the hold it is in, unless it took the lock again without
+/// contention since; a release probe forgets the entry at release). A
+/// write-owned rwsem was taken for write: an owner that waited as a reader
+/// earlier and then took the write side uncontended must not show its read
+/// stack.
+#[inline(always)]
+fn acquired_stack(tid: u32, lock: u64, flags: u32) -> StackId {
+    let rwsem = matches!(LockType::from_flags(flags), LockType::Rwsem | LockType::RwlockRt);
+    match ACQUIRED.get(acquired_index(tid)) {
+        Some(a) if a.lock_addr == lock && a.tid == tid && (!rwsem || a.flags & lcb::WRITE != 0) => a.stack_id,
+        _ => STACK_SKIPPED,
+    }
 }
 
 /// The owner word of mutex `lock`, read as early as a waiter's first
@@ -190,13 +194,11 @@ pub fn mutex_word(cfg: &Config, lock: u64) -> u64 {
     unsafe { core::ptr::read_volatile((typed as *const u8).wrapping_add(off as usize) as *const u64) }
 }
 
-/// Who held the mutex whose owner word [`mutex_word`] read at a first spin:
-/// the owner's ids only. The owner's acquire stack is found when the wait
-/// ends ([`swap_acquired`]), from the acquisition entry the waiter's own
-/// acquisition replaces. A word of 0 (released before the look, or not read)
-/// is an unknown owner.
+/// Who held mutex `lock` whose owner word [`mutex_word`] read at a first
+/// spin: the owner's ids, and its acquire stack from its own last wait. A
+/// word of 0 (released before the look, or not read) is an unknown owner.
 #[inline(always)]
-pub fn spin_owner(cfg: &Config, word: u64) -> Owner {
+pub fn spin_owner(cfg: &Config, lock: u64, word: u64) -> Owner {
     let mut o = Owner { stack_id: STACK_SKIPPED, ..Owner::default() };
     let task = word & !MUTEX_FLAGS;
     if task == 0 {
@@ -205,6 +207,7 @@ pub fn spin_owner(cfg: &Config, word: u64) -> Owner {
     o.kind = owner::TASK;
     o.task = task;
     (o.tid, o.tgid) = task_ids(cfg, task);
+    o.stack_id = acquired_stack(o.tid, lock, lcb::MUTEX);
     o
 }
 
@@ -308,22 +311,27 @@ pub fn forget_holder(lock: u64, tid: u32) {
     }
 }
 
-/// Thread `tid` acquired `lock` after a wait (`flags`) whose stack is
-/// `stack_id`; returns the entry it replaces (the previous contended
-/// acquisition of a lock of that slot: a first-spin owner's, when that
-/// owner took the lock after a wait and nobody else did since).
+/// Thread `tid` begins a wait on `lock` (a lock that records its owner) with
+/// `stack_id`: once it acquires the lock, the stack later waiters that find
+/// it the owner charge it with. Written at the wait's begin, while the
+/// thread spins or goes to sleep, not at its end inside the critical
+/// section, and only when it changed (a thread waiting again at the same
+/// call site leaves its slot as it is, so the waiters reading it keep their
+/// copy of the line).
 #[inline(always)]
-pub fn swap_acquired(lock: u64, tid: u32, stack_id: StackId, flags: u32) -> Acquired {
-    let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) else {
-        return Acquired::default();
+pub fn note_waiting(tid: u32, lock: u64, stack_id: StackId, flags: u32) {
+    let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(tid)) else {
+        return;
     };
-    // SAFETY: a slot of a global array, valid for the map's lifetime.
-    // Concurrent writers of one slot can tear the entry; readers check both
-    // the lock and the thread, so a torn entry only loses a stack.
-    unsafe {
-        let prev = *slot;
-        *slot = Acquired { lock_addr: lock, stack_id, tid, flags };
-        prev
+    // SAFETY: a slot of a global array, valid for the map's lifetime. Only
+    // thread `tid` (or one `ACQUIRED_SLOTS` ids away) writes it; readers
+    // check the lock and the thread, so a torn entry only loses a stack.
+    let a = unsafe { &mut *slot };
+    if a.lock_addr != lock || a.stack_id != stack_id || a.tid != tid || a.flags != flags {
+        a.lock_addr = lock;
+        a.stack_id = stack_id;
+        a.tid = tid;
+        a.flags = flags;
     }
 }
 
@@ -331,8 +339,8 @@ pub fn swap_acquired(lock: u64, tid: u32, stack_id: StackId, flags: u32) -> Acqu
 /// is no longer the one a later owner read would be in.
 #[inline(always)]
 pub fn forget_acquired(lock: u64, tid: u32) {
-    if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(lock)) {
-        // SAFETY: as in `swap_acquired`; a race loses at most one stack.
+    if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(tid)) {
+        // SAFETY: as in `note_waiting`; a race loses at most one stack.
         let a = unsafe { &mut *slot };
         if a.lock_addr == lock && a.tid == tid {
             a.lock_addr = 0;

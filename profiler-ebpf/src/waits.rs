@@ -9,8 +9,8 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
-    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
-    UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
+    HoldStart, KFUNC_RDONLY_CAST, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED,
+    StackId, UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
 };
 
 use crate::{
@@ -18,7 +18,7 @@ use crate::{
     context::{Ids, cgroup, config, config_copy, count, wanted},
     identity::identify,
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
-    owners::{mutex_word, note_asleep, note_holder, owner_comm, owner_of, spin_owner, swap_acquired, take_asleep},
+    owners::{mutex_word, note_asleep, note_holder, note_waiting, owner_comm, owner_of, spin_owner, take_asleep},
     ringbuf,
     stack::{self, WalkContext, stack_for},
 };
@@ -218,7 +218,12 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     target.tid = ids.tid;
     target.cgroup_id = cgroup_id;
     (target.stack_id, target.user_stack_id) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
-    target.owner = if first_spin { spin_owner(cfg, word) } else { owner_of(cfg, lock_addr, flags) };
+    target.owner = if first_spin { spin_owner(cfg, lock_addr, word) } else { owner_of(cfg, lock_addr, flags) };
+    if MODERN && cfg.owners != 0 && LockType::from_flags(flags).records_owner() {
+        // Where a later waiter finds this thread's acquire stack. (The 6.1-era
+        // build has no room left for it: `complete` notes it there.)
+        note_waiting(ids.tid, lock_addr, target.stack_id, flags);
+    }
     if MODERN && slab && !first_spin {
         // Tracing programs on 6.2+ (the kfuncs the owner's stack needs).
         note_asleep(ctx, cfg, &target.owner, now, key, (lock_addr, now));
@@ -376,17 +381,10 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     }
     let cfg = config();
     let o = &pending.owner;
-    let mut owner_stack = o.stack_id;
-    if cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
-        let prev = swap_acquired(pending.lock_addr, ids.tid, pending.stack_id, pending.flags);
-        // A first spin's owner: its acquire stack, if that is the hold it was in.
-        if o.kind == owner::TASK
-            && owner_stack == STACK_SKIPPED
-            && prev.lock_addr == pending.lock_addr
-            && prev.tid == o.tid
-        {
-            owner_stack = prev.stack_id;
-        }
+    if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 && cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
+        // Kernels before 6.2: the wait noted once it has ended, inside the
+        // critical section (their begin program is at the verifier's limit).
+        note_waiting(ids.tid, pending.lock_addr, pending.stack_id, pending.flags);
     }
     if cfg.mode != MODE_AGGREGATE {
         ringbuf::send(ctx, record(EVENT_CONTENTION, pending, ids, now));
@@ -401,7 +399,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
             tid: if o.kind == owner::TASK { o.tid } else { 0 },
             tgid: o.tgid,
             flags: pending.flags | AGG_BLAME,
-            stack_id: owner_stack,
+            stack_id: o.stack_id,
             user_stack_id: USER_STACK_OFF,
             cgroup_id: take_asleep(cfg, task_key(ids.tid, ids.cpu), pending.lock_addr, pending.begin_ns),
             _pad: 0,
