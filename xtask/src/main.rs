@@ -93,6 +93,12 @@ enum Cmd {
         /// the incident ring's memory at 100k keys): replaces its section of BENCHMARKS.md.
         #[arg(long, conflicts_with_all = ["rotation_only", "costs_only", "soak", "futex_only"])]
         incidents_only: bool,
+        /// Only where lockprof's wait programs spend their time, source line by source line
+        /// (perf-b samples during a pipe storm, mapped through the programs' jited line info);
+        /// printed, BENCHMARKS.md untouched. Optional value: `lockprof record` arguments, quoted.
+        #[arg(long, value_name = "RECORD_ARGS", num_args = 0..=1, default_missing_value = "", allow_hyphen_values = true,
+              conflicts_with_all = ["rotation_only", "costs_only", "soak", "futex_only", "incidents_only"])]
+        hot_lines: Option<String>,
     },
     /// Boot Debian kernels under QEMU and run the guest checks (backends, holds, yield_to) inside.
     VmTest {
@@ -239,6 +245,7 @@ fn main() -> Result<()> {
             soak,
             futex_only,
             incidents_only,
+            hot_lines,
         } => {
             if !is_root() {
                 bail!("cargo xtask bench attaches BPF programs: run it as root");
@@ -268,6 +275,7 @@ fn main() -> Result<()> {
                 soak_only: soak,
                 futex_only,
                 incidents_only,
+                hot_lines: hot_lines.map(|a| a.split_whitespace().map(str::to_string).collect()),
             })
         }
     }

@@ -231,6 +231,7 @@ mod tests {
             soak_only: false,
             futex_only: true,
             incidents_only: false,
+            hot_lines: None,
         }
     }
 

@@ -12,6 +12,7 @@ mod extras;
 mod futex_rows;
 mod futex_section;
 mod guest;
+mod hot_lines;
 mod incident_section;
 mod markdown;
 mod runs;
@@ -55,6 +56,9 @@ pub struct Opts {
     /// that do not fire, and the incident ring's memory; replaces (or adds)
     /// its section of BENCHMARKS.md.
     pub incidents_only: bool,
+    /// Only the programs' hottest source lines, under `lockprof record`
+    /// with these arguments (printed).
+    pub hot_lines: Option<Vec<String>>,
 }
 
 /// The user-space lock workloads: rotated against the bpftrace futex
@@ -182,6 +186,9 @@ pub fn run(o: &Opts) -> Result<()> {
     }
     if o.incidents_only {
         return incidents_only(o);
+    }
+    if let Some(args) = &o.hot_lines {
+        return hot_lines::hot_lines(o.threads, args);
     }
     let facts = markdown::machine_facts();
     eprintln!("bench: {facts}");

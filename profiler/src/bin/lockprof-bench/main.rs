@@ -2,6 +2,8 @@
 //! (feature `bench`; never in the product binary). Each prints one JSON
 //! object on stdout.
 
+mod prog_lines;
+
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -73,6 +75,17 @@ enum Cmd {
     /// The names of the loaded BPF programs by id, as JSON (root): bpf_stats
     /// in /proc/PID/fdinfo carries ids, not names.
     ProgNames,
+    /// Samples (hex instruction addresses in file `ips`, one per line, as
+    /// `perf script -F ip` prints them) per source line of loaded program
+    /// `prog`, from its jited line info, as JSON (root).
+    ProgLines {
+        /// Program id.
+        #[arg(long)]
+        prog: u32,
+        /// File of sampled addresses.
+        #[arg(long)]
+        ips: std::path::PathBuf,
+    },
     /// Attach counting-only programs on the lock tracepoints (the overhead floor).
     Floor {
         /// Seconds (default: until SIGINT/SIGTERM).
@@ -328,6 +341,7 @@ fn main() -> anyhow::Result<()> {
                 .collect();
             serde_json::Value::Object(names)
         }
+        Cmd::ProgLines { prog, ips } => prog_lines::prog_lines(prog, &std::fs::read_to_string(ips)?)?,
         Cmd::Floor { duration } => {
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(floor(duration))?
         }
