@@ -201,6 +201,13 @@ pub(crate) fn capture<C: WalkContext>(ctx: &C) -> StackId {
         buf.ips[1] = ret;
         nr = (nr + 1).min(MAX_STACK_DEPTH as u64);
     }
+    store(ctx, buf, nr)
+}
+
+/// Stores the `nr` frames walked into `buf` (this CPU's scratch slot) under
+/// their hash; their id, or why there is none.
+#[inline(always)]
+fn store<C: StackIdContext>(ctx: &C, buf: &mut StoredStack, nr: u64) -> StackId {
     buf.nr = nr;
     let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr);
     if STACKS.get_ptr(id).is_some() {
@@ -223,8 +230,7 @@ pub(crate) fn capture<C: WalkContext>(ctx: &C) -> StackId {
 /// `bpf_get_task_stack` takes a trusted task reference, which
 /// `bpf_task_from_pid` gives (tracing programs, 6.2+); the caller checks
 /// `Config::kfuncs` ([`profiler_common::KFUNCS_OWNER_STACKS`]). Stored like
-/// [`capture`]'s (whose body is left as it is: the 6.1-era begin programs
-/// are at the verifier's limit with `--cgroup`).
+/// [`capture`]'s.
 #[inline(always)]
 pub(crate) fn capture_task<C: StackIdContext>(ctx: &C, tid: u32) -> StackId {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
@@ -262,21 +268,7 @@ pub(crate) fn capture_task<C: StackIdContext>(ctx: &C, tid: u32) -> StackId {
     if n < 0 {
         return failed(ctx, counter::STACK_FAILED, "bpf_get_task_stack", n);
     }
-    let nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
-    buf.nr = nr;
-    let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr);
-    if STACKS.get_ptr(id).is_some() {
-        return id;
-    }
-    let stored: &StoredStack = buf;
-    match STACKS.insert(id, stored, u64::from(BPF_NOEXIST)) {
-        Ok(()) => {
-            count(counter::STACKS_STORED);
-            id
-        }
-        Err(e) if i64::from(e) == -EEXIST => id,
-        Err(e) => failed(ctx, counter::STACK_FAILED, "storing a stack", i64::from(e)),
-    }
+    store(ctx, buf, (n as u64 / 8).min(MAX_STACK_DEPTH as u64))
 }
 
 /// `ESRCH`: no such task.
