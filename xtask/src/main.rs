@@ -310,10 +310,10 @@ fn test(no_lint: bool) -> Result<()> {
                 .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core", "--", "-D", "warnings"]))?;
         }
     }
-    // The floor-backed count test needs the `bench` feature.
+    // The floor-backed count test and lockprof-bench's unit tests need the `bench` feature.
     let suites: [&[&str]; 2] = [
         &["test", "--workspace", "--tests"],
-        &["test", "--package", "profiler", "--features", "bench", "--test", "live_counts"],
+        &["test", "--package", "profiler", "--features", "bench", "--bin", "lockprof-bench", "--test", "live_counts"],
     ];
     if is_root() {
         run(cargo().args(["test", "--workspace"]))?;

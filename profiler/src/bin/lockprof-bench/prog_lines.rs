@@ -173,19 +173,45 @@ fn btf_strings(id: u32) -> io::Result<Vec<u8>> {
 /// instruction addresses, one per line) that fall in it, most first.
 pub fn prog_lines(id: u32, ips: &str) -> anyhow::Result<Value> {
     let lines = lines(id)?;
+    let (total, rows) = by_line(&lines, ips);
+    Ok(json!({
+        "samples": total,
+        "lines": rows.iter().map(|(line, n)| json!({"line": line, "samples": n})).collect::<Vec<_>>(),
+    }))
+}
+
+/// The samples among `ips` in the program whose line records (sorted by
+/// address) are `lines`, per line, most first; and their total. A sample
+/// belongs to the last record at or below it, within a page of it (past
+/// the last record: another program's).
+fn by_line<'a>(lines: &'a [Line], ips: &str) -> (u64, Vec<(&'a str, u64)>) {
     let mut counts: HashMap<&str, u64> = HashMap::new();
     let mut total = 0u64;
     for ip in ips.lines().filter_map(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok()) {
         let k = lines.partition_point(|l| l.addr <= ip);
-        // Past the last record only within a page: a sample of another program.
         let Some(line) = k.checked_sub(1).map(|k| &lines[k]).filter(|l| ip - l.addr < 4096) else { continue };
         *counts.entry(line.text.as_str()).or_default() += 1;
         total += 1;
     }
     let mut rows: Vec<(&str, u64)> = counts.into_iter().collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    Ok(json!({
-        "samples": total,
-        "lines": rows.iter().map(|(line, n)| json!({"line": line, "samples": n})).collect::<Vec<_>>(),
-    }))
+    (total, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_go_to_the_last_line_at_or_below_them() {
+        let line = |addr: u64, text: &str| Line { addr, text: text.to_string() };
+        let lines = [line(0x1000, "a.rs:1 x"), line(0x1010, "a.rs:2 y"), line(0x1040, "a.rs:1 x")];
+        // Two samples on line 1's first record, three on line 2, one on
+        // line 1's second record; one before the program, one a page past
+        // its last record, one not an address.
+        let ips = "1000\n100f\n1010\n1011\n103f\n1044\n0fff\n2040\nzz\n";
+        let (total, rows) = by_line(&lines, ips);
+        assert_eq!(total, 6);
+        assert_eq!(rows, [("a.rs:1 x", 3), ("a.rs:2 y", 3)]);
+    }
 }
