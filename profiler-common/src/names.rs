@@ -51,7 +51,7 @@ pub mod map {
     pub const IDENT_SEEN: &str = "IDENT_SEEN";
     /// Per-CPU run-queue lock, once recorded.
     pub const RQ_SEEN: &str = "RQ_SEEN";
-    /// Last contended acquisition per lock slot.
+    /// Each thread's last waits on locks that record their owner (one slot per thread).
     pub const ACQUIRED: &str = "ACQUIRED";
     /// Holders of locks with no owner field, while their holds are timed.
     pub const HOLDERS: &str = "HOLDERS";

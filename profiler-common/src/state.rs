@@ -55,14 +55,17 @@ pub struct OwnerAsleep {
 }
 
 /// Slots of the `ACQUIRED` array, one per thread ([`acquired_index`]): the
-/// lock each thread last waited on, and with which stack.
+/// locks each thread last waited on, and with which stacks. Thread ids
+/// `ACQUIRED_SLOTS` apart share a slot (each then loses stacks).
 pub const ACQUIRED_SLOTS: u32 = 4096;
 
 /// An entry of `ACQUIRED`: a thread's last wait on a lock that records its
-/// owner, written when the wait began (once it has acquired the lock, the
-/// acquire stack later waiters charge it with). A cache line of its own:
-/// the threads of one storm have consecutive ids, and a slot another
-/// thread's writes kept pulling away would be read at every first spin.
+/// owner, and its wait on the lock before that one, written when the wait
+/// began (once it has acquired the lock, the acquire stack later waiters
+/// charge it with; the earlier one stays for a thread that waits on a
+/// second lock while it holds the first). 64 bytes, so that the slots of
+/// a storm's threads (consecutive ids) do not share the line their writes
+/// pull away, as far as the array's own alignment allows.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Acquired {
@@ -70,13 +73,20 @@ pub struct Acquired {
     pub lock_addr: u64,
     /// Its stack at the wait.
     pub stack_id: StackId,
-    /// The thread that waited (a slot is shared by thread ids
-    /// `ACQUIRED_SLOTS` apart).
+    /// The thread that waited.
     pub tid: u32,
     /// The wait's flags (`lcb`): which side of an rwsem it waited for.
     pub flags: u32,
-    /// The rest of the slot's cache line.
-    pub _pad: [u64; 5],
+    /// The lock of the thread's wait before, on another lock (0: none).
+    pub prev_lock_addr: u64,
+    /// That wait's stack.
+    pub prev_stack_id: StackId,
+    /// That wait's flags.
+    pub prev_flags: u32,
+    /// Unused.
+    pub _pad: u32,
+    /// The rest of the 64 bytes.
+    pub _pad2: [u64; 2],
 }
 
 /// Value of `HOLDERS` (keyed by lock address): who holds a lock with no

@@ -110,7 +110,7 @@ fn tracked_holder(lock: u64) -> Option<Owner> {
 
 /// Who holds `lock` (waited on with `flags`) now.
 #[inline(always)]
-pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
+pub fn owner_of<const PREV: bool>(cfg: &Config, lock: u64, flags: u32) -> Owner {
     let mut o = Owner { stack_id: STACK_SKIPPED, ..Owner::default() };
     if cfg.owners == 0 {
         return o;
@@ -155,23 +155,34 @@ pub fn owner_of(cfg: &Config, lock: u64, flags: u32) -> Owner {
     o.kind = owner::TASK;
     o.task = task;
     (o.tid, o.tgid) = task_ids(cfg, task);
-    o.stack_id = acquired_stack(o.tid, lock, flags);
+    o.stack_id = acquired_stack::<PREV>(o.tid, lock, flags);
     o
 }
 
 /// The stack owner `tid` acquired `lock` with: its last wait, if that was
-/// on this lock (the hold it is in, unless it took the lock again without
-/// contention since; a release probe forgets the entry at release). A
-/// write-owned rwsem was taken for write: an owner that waited as a reader
-/// earlier and then took the write side uncontended must not show its read
-/// stack.
+/// on this lock, or (`PREV`) its wait before, if that one was (the hold it
+/// is in, unless it took the lock again without contention since; a
+/// release probe forgets the entry at release). A write-owned rwsem was
+/// taken for write: an owner that waited as a reader earlier and then took
+/// the write side uncontended must not show its read stack. (`PREV` off:
+/// the 6.1-era begin build, at the verifier's limit; it notes a wait at its
+/// end, so a thread waiting on a second lock still shows the first.)
 #[inline(always)]
-fn acquired_stack(tid: u32, lock: u64, flags: u32) -> StackId {
+fn acquired_stack<const PREV: bool>(tid: u32, lock: u64, flags: u32) -> StackId {
     let rwsem = matches!(LockType::from_flags(flags), LockType::Rwsem | LockType::RwlockRt);
-    match ACQUIRED.get(acquired_index(tid)) {
-        Some(a) if a.lock_addr == lock && a.tid == tid && (!rwsem || a.flags & lcb::WRITE != 0) => a.stack_id,
-        _ => STACK_SKIPPED,
+    let Some(a) = ACQUIRED.get(acquired_index(tid)) else {
+        return STACK_SKIPPED;
+    };
+    if a.tid != tid {
+        return STACK_SKIPPED;
     }
+    if a.lock_addr == lock && (!rwsem || a.flags & lcb::WRITE != 0) {
+        return a.stack_id;
+    }
+    if PREV && a.prev_lock_addr == lock && (!rwsem || a.prev_flags & lcb::WRITE != 0) {
+        return a.prev_stack_id;
+    }
+    STACK_SKIPPED
 }
 
 /// The owner word of mutex `lock`, read as early as a waiter's first
@@ -207,7 +218,7 @@ pub fn spin_owner(cfg: &Config, lock: u64, word: u64) -> Owner {
     o.kind = owner::TASK;
     o.task = task;
     (o.tid, o.tgid) = task_ids(cfg, task);
-    o.stack_id = acquired_stack(o.tid, lock, lcb::MUTEX);
+    o.stack_id = acquired_stack::<true>(o.tid, lock, lcb::MUTEX);
     o
 }
 
@@ -324,15 +335,26 @@ pub fn note_waiting(tid: u32, lock: u64, stack_id: StackId, flags: u32) {
         return;
     };
     // SAFETY: a slot of a global array, valid for the map's lifetime. Only
-    // thread `tid` (or one `ACQUIRED_SLOTS` ids away) writes it; readers
-    // check the lock and the thread, so a torn entry only loses a stack.
+    // thread `tid` (or one `ACQUIRED_SLOTS` ids away) writes it. Readers on
+    // other CPUs check the thread and the lock; one that races this write
+    // can pair a lock with the other wait's stack (a wrong stack for one
+    // wait, as rare as a read landing between two stores).
     let a = unsafe { &mut *slot };
-    if a.lock_addr != lock || a.stack_id != stack_id || a.tid != tid || a.flags != flags {
-        a.lock_addr = lock;
-        a.stack_id = stack_id;
-        a.tid = tid;
-        a.flags = flags;
+    if a.lock_addr == lock && a.stack_id == stack_id && a.tid == tid && a.flags == flags {
+        return;
     }
+    if a.tid != tid {
+        a.prev_lock_addr = 0;
+    } else if a.lock_addr != lock && a.lock_addr != 0 {
+        // A wait on another lock, perhaps while holding this one.
+        a.prev_lock_addr = a.lock_addr;
+        a.prev_stack_id = a.stack_id;
+        a.prev_flags = a.flags;
+    }
+    a.lock_addr = lock;
+    a.stack_id = stack_id;
+    a.tid = tid;
+    a.flags = flags;
 }
 
 /// Thread `tid` released `lock` (a hold lockprof timed): its acquisition
@@ -340,10 +362,13 @@ pub fn note_waiting(tid: u32, lock: u64, stack_id: StackId, flags: u32) {
 #[inline(always)]
 pub fn forget_acquired(lock: u64, tid: u32) {
     if let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(tid)) {
-        // SAFETY: as in `note_waiting`; a race loses at most one stack.
+        // SAFETY: as in `note_waiting`.
         let a = unsafe { &mut *slot };
-        if a.lock_addr == lock && a.tid == tid {
+        if a.tid == tid && a.lock_addr == lock {
             a.lock_addr = 0;
+        }
+        if a.tid == tid && a.prev_lock_addr == lock {
+            a.prev_lock_addr = 0;
         }
     }
 }

@@ -150,10 +150,10 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     // reads are inlined once: the probe-read path of kernels before 6.2
     // needs stack space for each, and the verifier's limit is 512 bytes.
     let mut insert = false;
-    // A mutex's first optimistic spin reads only the owner word and the
-    // owner's ids (`spin_owner`), the pipe storm's hot path; the owner's
-    // acquire stack is found at the end. A wait that goes on to sleep reads
-    // the owner again then (below).
+    // A mutex's first optimistic spin reads only the owner word, the
+    // owner's ids and its `ACQUIRED` slot (`spin_owner`), the pipe storm's
+    // hot path. A wait that goes on to sleep reads the owner again then
+    // (below).
     let mut first_spin = false;
     let target: &mut PendingWait = if is_spinning(flags) {
         let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
@@ -178,7 +178,7 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
             (Some(slot), entry) => {
                 count(counter::REPEATED_BEGIN);
                 slot.flags |= flags;
-                slot.owner = owner_of(cfg, lock_addr, flags);
+                slot.owner = owner_of::<MODERN>(cfg, lock_addr, flags);
                 if MODERN && slab {
                     note_asleep(ctx, cfg, &slot.owner, now, key, (lock_addr, slot.begin_ns));
                 }
@@ -218,10 +218,12 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     target.tid = ids.tid;
     target.cgroup_id = cgroup_id;
     (target.stack_id, target.user_stack_id) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
-    target.owner = if first_spin { spin_owner(cfg, lock_addr, word) } else { owner_of(cfg, lock_addr, flags) };
+    target.owner =
+        if first_spin { spin_owner(cfg, lock_addr, word) } else { owner_of::<MODERN>(cfg, lock_addr, flags) };
     if MODERN && cfg.owners != 0 && LockType::from_flags(flags).records_owner() {
         // Where a later waiter finds this thread's acquire stack. (The 6.1-era
-        // build has no room left for it: `complete` notes it there.)
+        // build has no room left for it: `complete` notes it on kernels
+        // before 6.2, where the tracepoint backends load that build.)
         note_waiting(ids.tid, lock_addr, target.stack_id, flags);
     }
     if MODERN && slab && !first_spin {
@@ -321,6 +323,10 @@ fn restack_long<C: WalkContext>(ctx: &C, p: &mut PendingWait) {
         return;
     }
     p.stack_id = late_stack(ctx);
+    if cfg.owners != 0 && LockType::from_flags(p.flags).records_owner() {
+        // Its begin noted the wait without a stack.
+        note_waiting(p.tid, p.lock_addr, p.stack_id, p.flags);
+    }
 }
 
 /// A kernel stack taken outside the budget, counted. A function of its own
@@ -383,7 +389,9 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     let o = &pending.owner;
     if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 && cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
         // Kernels before 6.2: the wait noted once it has ended, inside the
-        // critical section (their begin program is at the verifier's limit).
+        // critical section (their tracepoint begin build is at the verifier's
+        // limit; the kprobe and fentry backends noted it at begin too, and
+        // this finds the slot unchanged unless the wait's flags grew).
         note_waiting(ids.tid, pending.lock_addr, pending.stack_id, pending.flags);
     }
     if cfg.mode != MODE_AGGREGATE {
