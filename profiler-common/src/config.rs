@@ -159,6 +159,13 @@ impl Config {
     pub const fn filtering(&self) -> bool {
         self.type_mask != u32::MAX || self.filter_tgid != 0 || self.filter_cgroup != 0
     }
+
+    /// Whether the tracepoint backends load the default `contention_begin`
+    /// build (the kernel has `bpf_rdonly_cast`, 6.2+) rather than its
+    /// 6.1-era one, which leaves some of its work to `contention_end`.
+    pub const fn modern_begin(&self) -> bool {
+        self.kfuncs & KFUNC_RDONLY_CAST != 0
+    }
 }
 
 impl Default for Config {

@@ -9,8 +9,8 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
-    HoldStart, KFUNC_RDONLY_CAST, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED,
-    StackId, UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
+    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
+    UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
 };
 
 use crate::{
@@ -387,7 +387,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     }
     let cfg = config();
     let o = &pending.owner;
-    if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 && cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
+    if !cfg.modern_begin() && cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
         // Kernels before 6.2: the wait noted once it has ended, inside the
         // critical section (their tracepoint begin build is at the verifier's
         // limit; the kprobe and fentry backends noted it at begin too, and

@@ -251,7 +251,7 @@ fn attach_wait_backend(
     config: &Config,
     notes: &mut Vec<String>,
 ) -> Result<WaitBackend, LoadError> {
-    let modern = config.kfuncs & KFUNC_RDONLY_CAST != 0;
+    let modern = config.modern_begin();
     let mut attempts = Vec::new();
     for &backend in opts.backend.order() {
         match attach_backend(ebpf, backend, btf, modern, notes) {
