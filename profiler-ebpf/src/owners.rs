@@ -322,15 +322,18 @@ pub fn forget_holder(lock: u64, tid: u32) {
     }
 }
 
-/// Thread `tid` begins a wait on `lock` (a lock that records its owner) with
-/// `stack_id`: once it acquires the lock, the stack later waiters that find
-/// it the owner charge it with. Written at the wait's begin, while the
+/// Thread `tid` begins a wait on `lock` with `stack_id`: once it acquires
+/// the lock, the stack later waiters that find it the owner charge it with
+/// (locks that record their owner, owners on; nothing otherwise). Written at the wait's begin, while the
 /// thread spins or goes to sleep, not at its end inside the critical
 /// section, and only when it changed (a thread waiting again at the same
 /// call site leaves its slot as it is, so the waiters reading it keep their
 /// copy of the line).
 #[inline(always)]
-pub fn note_waiting(tid: u32, lock: u64, stack_id: StackId, flags: u32) {
+pub fn note_waiting(cfg: &Config, tid: u32, lock: u64, stack_id: StackId, flags: u32) {
+    if cfg.owners == 0 || !LockType::from_flags(flags).records_owner() {
+        return;
+    }
     let Some(slot) = ACQUIRED.get_ptr_mut(acquired_index(tid)) else {
         return;
     };

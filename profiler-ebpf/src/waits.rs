@@ -220,11 +220,11 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     (target.stack_id, target.user_stack_id) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
     target.owner =
         if first_spin { spin_owner(cfg, lock_addr, word) } else { owner_of::<MODERN>(cfg, lock_addr, flags) };
-    if MODERN && cfg.owners != 0 && LockType::from_flags(flags).records_owner() {
+    if MODERN {
         // Where a later waiter finds this thread's acquire stack. (The 6.1-era
         // build has no room left for it: `complete` notes it on kernels
         // before 6.2, where the tracepoint backends load that build.)
-        note_waiting(ids.tid, lock_addr, target.stack_id, flags);
+        note_waiting(cfg, ids.tid, lock_addr, target.stack_id, flags);
     }
     if MODERN && slab && !first_spin {
         // Tracing programs on 6.2+ (the kfuncs the owner's stack needs).
@@ -323,10 +323,8 @@ fn restack_long<C: WalkContext>(ctx: &C, p: &mut PendingWait) {
         return;
     }
     p.stack_id = late_stack(ctx);
-    if cfg.owners != 0 && LockType::from_flags(p.flags).records_owner() {
-        // Its begin noted the wait without a stack.
-        note_waiting(p.tid, p.lock_addr, p.stack_id, p.flags);
-    }
+    // Its begin noted the wait without a stack.
+    note_waiting(cfg, p.tid, p.lock_addr, p.stack_id, p.flags);
 }
 
 /// A kernel stack taken outside the budget, counted. A function of its own
@@ -387,12 +385,12 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
     }
     let cfg = config();
     let o = &pending.owner;
-    if !cfg.modern_begin() && cfg.owners != 0 && LockType::from_flags(pending.flags).records_owner() {
+    if !cfg.modern_begin() {
         // Kernels before 6.2: the wait noted once it has ended, inside the
         // critical section (their tracepoint begin build is at the verifier's
         // limit; the kprobe and fentry backends noted it at begin too, and
         // this finds the slot unchanged unless the wait's flags grew).
-        note_waiting(ids.tid, pending.lock_addr, pending.stack_id, pending.flags);
+        note_waiting(cfg, ids.tid, pending.lock_addr, pending.stack_id, pending.flags);
     }
     if cfg.mode != MODE_AGGREGATE {
         ringbuf::send(ctx, record(EVENT_CONTENTION, pending, ids, now));
