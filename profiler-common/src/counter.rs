@@ -81,8 +81,13 @@ pub const FUTEX_MAP_FULL: u32 = 29;
 pub const STACKS_LATE: u32 = 30;
 /// `--owner-stacks`: a sleeping owner's stack not walked (budget spent).
 pub const OWNER_STACK_SKIPPED: u32 = 31;
+/// Aggregate mode: a kernel lock's wait (or blame, or hold; not a futex
+/// wait's, see the eBPF `aggregate_uncounted`) whose key found its slot of
+/// the per-CPU aggregate cache taken by another key, folded into the
+/// aggregate hash map instead (the slower path, inside the critical section).
+pub const AGG_CACHE_MISSED: u32 = 32;
 /// Number of counters.
-pub const COUNT: u32 = 32;
+pub const COUNT: u32 = 33;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -118,6 +123,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "futex_map_full",
     "stacks_late",
     "owner_stack_skipped",
+    "agg_cache_missed",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what

@@ -185,6 +185,7 @@ mod tests {
         assert_eq!(
             added,
             [
+                "agg_cache_missed",
                 "cgroup_keys_overflow",
                 "futex_again",
                 "futex_failed",

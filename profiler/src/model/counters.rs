@@ -164,6 +164,10 @@ pub struct Bookkeeping {
     pub owner_stack_skipped: u64,
     /// Aggregate mode: a key did not fit in the aggregate map; the wait was streamed instead.
     pub agg_map_full: u64,
+    /// Aggregate mode: kernel lock waits whose per-CPU aggregate cache slot
+    /// another key held, folded into the aggregate hash map instead (slower,
+    /// not lost).
+    pub agg_cache_missed: u64,
     /// Aggregate mode: long waits also streamed for the slowest-waits list.
     pub outliers: u64,
     /// Holds measured.
@@ -219,7 +223,7 @@ pub struct Bookkeeping {
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 31] = [
+    pub const LIST: [Field<Bookkeeping>; 32] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -228,6 +232,7 @@ impl Bookkeeping {
         field!(kernel(counter::STACKS_LATE), stacks_late),
         field!(kernel(counter::OWNER_STACK_SKIPPED), owner_stack_skipped),
         field!(kernel(counter::AGG_FULL), agg_map_full),
+        field!(kernel(counter::AGG_CACHE_MISSED), agg_cache_missed),
         field!(kernel(counter::OUTLIERS), outliers),
         field!(kernel(counter::HOLDS), holds),
         field!(kernel(counter::YIELDS), yield_calls),

@@ -34,8 +34,15 @@ impl KernelCounters {
 }
 
 /// Counter totals over all CPUs, indexed by `profiler_common::counter`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CounterValues(pub [u64; counter::COUNT as usize]);
+
+// By hand: the standard library derives `Default` for arrays of up to 32.
+impl Default for CounterValues {
+    fn default() -> Self {
+        CounterValues([0; counter::COUNT as usize])
+    }
+}
 
 impl CounterValues {
     /// A counter by index.
