@@ -7,7 +7,7 @@ use aya_ebpf::bindings::BPF_NOEXIST;
 use profiler_common::{AggKey, AggVal, agg_cache_index, counter, hist_bucket};
 
 use crate::{
-    context::count,
+    context::{count, current_comm},
     maps::{ACTIVE, AGG_A, AGG_B, AGG_CACHE, AGG_ZERO},
 };
 
@@ -48,12 +48,6 @@ pub fn aggregate_as(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) ->
 #[inline(always)]
 pub fn aggregate_uncounted(key: &AggKey, wait: u64) -> bool {
     fold::<false>(key, wait, current_comm)
-}
-
-/// The current task's `comm`.
-#[inline(always)]
-fn current_comm() -> [u8; 16] {
-    aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16])
 }
 
 /// Folds a wait into the cache slot of `key`, or the hash map when another

@@ -12,8 +12,8 @@
 use aya_ebpf::{
     EbpfContext,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
-        bpf_probe_read_kernel,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
+        bpf_get_smp_processor_id, bpf_probe_read_kernel,
     },
     programs::FEntryContext,
 };
@@ -84,6 +84,12 @@ impl Ids {
         let cpu = unsafe { bpf_get_smp_processor_id() };
         Ids { tid: pid_tgid as u32, tgid: (pid_tgid >> 32) as u32, cpu }
     }
+}
+
+/// The current task's `comm` (zeros if the helper fails).
+#[inline(always)]
+pub fn current_comm() -> [u8; 16] {
+    bpf_get_current_comm().unwrap_or([0u8; 16])
 }
 
 /// Whether `tgid` passes the `--pid` filter.

@@ -30,7 +30,7 @@ use profiler_common::{
 
 use crate::{
     aggregate::aggregate_uncounted,
-    context::{Ids, cgroup, config, count, wanted},
+    context::{Ids, cgroup, config, count, current_comm, wanted},
     maps::FUTEX_WAITS,
     ringbuf,
     stack::user_stack_for,
@@ -362,7 +362,7 @@ fn event(kind: u32, st: &FutexWait, ids: Ids, now: u64) -> ContentionEvent {
         stack_id: st.stack_id,
         user_stack_id: st.user_stack_id,
         cgroup_id: st.cgroup_id,
-        comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
+        comm: current_comm(),
         owner: st.owner,
     }
 }

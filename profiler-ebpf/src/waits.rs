@@ -15,7 +15,7 @@ use profiler_common::{
 
 use crate::{
     aggregate::{aggregate, aggregate_as},
-    context::{Ids, cgroup, config, config_copy, count, wanted},
+    context::{Ids, cgroup, config, config_copy, count, current_comm, wanted},
     identity::identify,
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
     owners::{mutex_word, note_asleep, note_holder, note_waiting, owner_comm, owner_of, spin_owner, take_asleep},
@@ -356,7 +356,7 @@ pub fn record(kind: u32, p: &PendingWait, ids: Ids, now: u64) -> ContentionEvent
         stack_id: p.stack_id,
         user_stack_id: p.user_stack_id,
         cgroup_id: p.cgroup_id,
-        comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
+        comm: current_comm(),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
@@ -11,7 +11,7 @@ use aya_log_ebpf::warn;
 use profiler_common::{EVENT_YIELD, YieldEvent, YieldStart, counter};
 
 use crate::{
-    context::{Ids, cgroup, config, count, guarded, wanted},
+    context::{Ids, cgroup, config, count, current_comm, guarded, wanted},
     maps::YIELD_PENDING,
     ringbuf,
     stack::{WalkContext, stack_for},
@@ -82,7 +82,7 @@ fn yield_return<C: EbpfContext>(ctx: &C, ret: i32) -> Result<u32, u32> {
             ret,
             preempt: start.preempt,
             stack_id: start.stack_id,
-            comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
+            comm: current_comm(),
             target_comm: start.target_comm,
         },
     );
