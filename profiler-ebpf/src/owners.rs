@@ -206,12 +206,20 @@ pub fn mutex_word(cfg: &Config, lock: u64) -> u64 {
 }
 
 /// Who held mutex `lock` whose owner word [`mutex_word`] read at a first
-/// spin: the owner's ids, and its acquire stack from its own last wait. A
-/// word of 0 (released before the look, or not read) is an unknown owner.
+/// spin: the owner's ids, and its acquire stack from its own last wait.
+///
+/// A word with no owner (released between the waiter's failed fast path and
+/// the look) is read once more (`REREAD`: kernels with `bpf_rdonly_cast`),
+/// at the end of the begin program: the waiter's own try comes after the
+/// program, so whoever holds the lock then is the one it spins on. Still no
+/// owner (or not read): an unknown owner, and the try likely succeeds at once.
 #[inline(always)]
-pub fn spin_owner(cfg: &Config, lock: u64, word: u64) -> Owner {
+pub fn spin_owner<const REREAD: bool>(cfg: &Config, lock: u64, word: u64) -> Owner {
     let mut o = Owner { stack_id: STACK_SKIPPED, ..Owner::default() };
-    let task = word & !MUTEX_FLAGS;
+    let mut task = word & !MUTEX_FLAGS;
+    if REREAD && task == 0 {
+        task = mutex_word(cfg, lock) & !MUTEX_FLAGS;
+    }
     if task == 0 {
         return o;
     }

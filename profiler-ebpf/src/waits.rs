@@ -219,7 +219,7 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     target.cgroup_id = cgroup_id;
     (target.stack_id, target.user_stack_id) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
     target.owner =
-        if first_spin { spin_owner(cfg, lock_addr, word) } else { owner_of::<MODERN>(cfg, lock_addr, flags) };
+        if first_spin { spin_owner::<MODERN>(cfg, lock_addr, word) } else { owner_of::<MODERN>(cfg, lock_addr, flags) };
     if MODERN {
         // Where a later waiter finds this thread's acquire stack. (The 6.1-era
         // build has no room left for it: `complete` notes it on kernels
