@@ -16,7 +16,11 @@ use std::{
     time::Duration,
 };
 
+#[path = "support/recorder.rs"]
+mod recorder;
 mod support;
+
+use recorder::Recorder;
 
 use lockprof::{
     ebpf::{BackendChoice, LoadOptions},
@@ -620,21 +624,16 @@ fn sigterm_prints_the_report_and_detaches() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Programs of earlier tests' processes may still be on their way out.
     let before = lockprof_programs_when(|v| v.is_empty());
-    let child = lockprof()
-        .args(["record", "--format", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let stop = Arc::new(AtomicBool::new(false));
-    let _ = workload::run(Workload::Pipe, 2, Duration::from_millis(2500), stop.clone());
+    // Attached once it says so (a fresh machine's first recording can take
+    // seconds to load and attach: no fixed delay stands in for that).
+    let rec = Recorder::start(&["--format", "json"]);
     let during = lockprof_programs_loaded();
     assert!(during.len() >= before.len() + 2, "record should have attached two programs: {during:?}");
-    // SAFETY: kill(2) on a child we spawned and have not reaped.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let out = child.wait_with_output().expect("wait");
-    assert!(out.status.success(), "exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report printed on SIGTERM");
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = workload::run(Workload::Pipe, 2, Duration::from_millis(2500), stop.clone());
+    // SIGTERM; it must exit cleanly with its report on stdout.
+    let out = rec.stop();
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("report printed on SIGTERM");
     assert!(v["locks"].as_array().is_some_and(|l| !l.is_empty()));
     stop.store(true, Ordering::Relaxed);
     let after = lockprof_programs_when(|v| v.len() <= before.len());
