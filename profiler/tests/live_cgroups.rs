@@ -37,20 +37,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// shown, a cgroup emptied).
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn have(bin: &str) -> bool {
-    Command::new(bin).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-}
-
 /// `true` if the test can run; prints why not otherwise (fails in CI).
 fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
     let reason = support::tracepoints_missing()
         .or_else(|| CgroupFs::discover().err().map(|e| format!("no cgroup v2 hierarchy: {e}")))
-        .or_else(|| {
-            tools
-                .iter()
-                .find(|(bin, _)| !have(bin))
-                .map(|(bin, pkg)| format!("needs {bin} (Debian's {pkg}; cargo xtask setup installs it)"))
-        });
+        .or_else(|| support::tools_missing(tools));
     support::ready_unless(test, reason)
 }
 
@@ -373,14 +364,7 @@ fn container_style_paths_get_short_names() {
         "--output",
         pb.to_str().expect("utf-8"),
     ]);
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-traces"])
-        .arg(&pb)
-        .env("HOME", std::env::temp_dir())
-        .output()
-        .expect("go tool pprof");
-    let traces = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "go tool pprof -traces: {}", String::from_utf8_lossy(&out.stderr));
+    let traces = support::go_pprof("-traces", &pb);
     let labels: Vec<&str> = traces.lines().filter_map(|l| l.trim().strip_prefix("cgroup:")).map(str::trim).collect();
     // Folded stacks with the cgroup at the root.
     let folded = tmp.join("names.folded");

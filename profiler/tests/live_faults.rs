@@ -7,16 +7,23 @@
 //! without root or the lock tracepoints; with `CI=true` those are failures.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _},
+    io::Read as _,
     os::unix::process::{CommandExt as _, ExitStatusExt as _},
     path::{Path, PathBuf},
-    process::{Child, ChildStderr, Command, Output, Stdio},
+    process::{Child, Command, Stdio},
     sync::Mutex,
     thread,
     time::{Duration, Instant},
 };
 
+#[path = "support/programs.rs"]
+mod programs;
+#[path = "support/recorder.rs"]
+mod recorder;
 mod support;
+
+use programs::assert_nothing_attached;
+use recorder::Recorder;
 
 /// One storm and one lockprof at a time on the machine's two CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -30,11 +37,6 @@ fn ready(test: &str) -> bool {
 
 fn lockprof() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lockprof"))
-}
-
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on a child this test spawned and has not reaped.
-    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill({pid}, {sig})");
 }
 
 /// A child killed (and reaped) when dropped.
@@ -62,57 +64,6 @@ fn storm(kind: &str, threads: usize) -> Guard {
         thread::sleep(Duration::from_millis(20));
     }
     g
-}
-
-/// Names of lockprof programs still loaded (the kernel keeps 15 characters).
-fn lockprof_programs() -> Vec<String> {
-    let ours: Vec<&str> = profiler_common::names::prog::ALL.iter().map(|n| &n[..n.len().min(15)]).collect();
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter_map(|p| p.name_as_str().map(str::to_string))
-        .filter(|n| ours.contains(&n.as_str()))
-        .collect()
-}
-
-/// Asserts no lockprof program stays loaded (the kernel frees an exited
-/// process's programs asynchronously, after an RCU grace period that takes
-/// seconds on a busy machine: polled for up to 10 s).
-fn assert_nothing_attached(what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = lockprof_programs();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: lockprof programs still loaded: {left:?}");
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Waits for the line saying the session records (or serves); returns the
-/// stderr reader and the lines read so far.
-fn wait_for_start(child: &mut Child) -> (BufReader<ChildStderr>, String) {
-    let mut err = BufReader::new(child.stderr.take().expect("stderr piped"));
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        let n = err.read_line(&mut line).expect("read stderr");
-        seen.push_str(&line);
-        assert!(n > 0, "lockprof ended before it started recording: {seen}");
-        if line.starts_with("lockprof: recording") || line.starts_with("lockprof: serving") {
-            return (err, seen);
-        }
-    }
-}
-
-/// The rest of a child's output after [`wait_for_start`].
-fn finish(child: Child, mut err: BufReader<ChildStderr>, mut seen: String) -> (Output, String) {
-    let stderr = thread::spawn(move || {
-        let _ = err.read_to_string(&mut seen);
-        seen
-    });
-    let out = child.wait_with_output().expect("wait");
-    (out, stderr.join().expect("stderr reader"))
 }
 
 /// `record --format json` for `secs` with `args`: the exit status, the JSON
@@ -180,17 +131,10 @@ fn a_refused_map_update_is_counted_said_once_and_loses_no_wait() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let _storm = storm("pipe", 2);
-    let mut child = lockprof()
-        .args(["record", "--format", "json", "--duration", "4"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("record");
-    let (err, seen) = wait_for_start(&mut child);
-    freeze_map_of(child.id(), profiler_common::names::map::ACTIVE);
-    let (out, stderr) = finish(child, err, seen);
-    assert!(out.status.success(), "{}: {stderr}", out.status);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let rec = Recorder::start(&["--format", "json", "--duration", "4"]);
+    freeze_map_of(rec.pid(), profiler_common::names::map::ACTIVE);
+    let (out, stderr) = rec.wait();
+    let report: serde_json::Value = serde_json::from_slice(&out).expect("JSON report");
     let refused = drop_count(&report, "map_ops_refused");
     // Every interval's flip after the freeze was refused (about 3 in 4 s).
     assert!(refused >= 2, "map_ops_refused = {refused}; stderr: {stderr}");
@@ -214,28 +158,19 @@ fn a_full_ring_buffer_is_counted_and_the_report_comes_out() {
     // The reader keeps up with the storm even with the smallest ring (1 MiB,
     // 16k waits): the ring fills when the reader stalls. It is stopped
     // (SIGSTOP) until the programs count a full ring, then resumed.
-    let mut child = lockprof()
-        .args(["record", "--format", "json", "--mode", "stream", "--ringbuf-mb", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("record");
-    let (err, seen) = wait_for_start(&mut child);
-    signal(child.id(), libc::SIGSTOP);
+    let rec = Recorder::start(&["--format", "json", "--mode", "stream", "--ringbuf-mb", "1"]);
+    rec.signal(libc::SIGSTOP);
     let start = Instant::now();
     let full = loop {
-        let n = kernel_counter_of(child.id(), profiler_common::counter::RINGBUF_FULL);
+        let n = kernel_counter_of(rec.pid(), profiler_common::counter::RINGBUF_FULL);
         if n > 0 {
             break n;
         }
         assert!(start.elapsed() < DEADLINE, "the stalled 1 MiB ring buffer never filled");
         thread::sleep(Duration::from_millis(20));
     };
-    signal(child.id(), libc::SIGCONT);
-    signal(child.id(), libc::SIGTERM);
-    let (out, stderr) = finish(child, err, seen);
-    assert!(out.status.success(), "{}: {stderr}", out.status);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    rec.signal(libc::SIGCONT);
+    let report: serde_json::Value = serde_json::from_slice(&rec.stop()).expect("JSON report");
     let counted = drop_count(&report, "ringbuf_full");
     eprintln!("{TEST}: ringbuf_full {full} while stalled, {counted} in the report, {} waits", report["events"]);
     assert!(counted >= full, "the report counts {counted} ring-buffer losses, the kernel had {full}");
@@ -309,22 +244,15 @@ fn kallsyms_unreadable_after_start_changes_nothing() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let _storm = storm("pipe", 2);
-    let mut child = in_private_mounts(&mut lockprof())
-        .args(["record", "--duration", "3"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("record");
-    let (err, seen) = wait_for_start(&mut child);
-    let pid = child.id().to_string();
+    let rec = Recorder::attach(in_private_mounts(&mut lockprof()).args(["record", "--duration", "3"]));
+    let pid = rec.pid().to_string();
     let nsenter = |args: &[&str]| Command::new("nsenter").args(["-t", &pid, "-m", "--"]).args(args).output();
     let hidden = nsenter(&["mount", "--bind", "/dev/null", "/proc/kallsyms"]).expect("nsenter mount");
     assert!(hidden.status.success(), "bind mount: {}", String::from_utf8_lossy(&hidden.stderr));
     let now = nsenter(&["cat", "/proc/kallsyms"]).expect("nsenter cat");
     assert!(now.stdout.is_empty(), "/proc/kallsyms still readable in the session's namespace");
-    let (out, stderr) = finish(child, err, seen);
-    assert!(out.status.success(), "{}: {stderr}", out.status);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (out, stderr) = rec.wait();
+    let text = String::from_utf8_lossy(&out);
     // Nothing reads kallsyms after start: callers are named from the table
     // read then, and nothing is said about it.
     assert!(text.contains("anon_pipe_"), "pipe callers not named: {text}");
@@ -422,20 +350,15 @@ fn sigterm_while_attaching_ends_cleanly() {
     // dynamic loader's first instants). `Some(ms)`: `ms` after main held it
     // (seen in /proc, not guessed from a delay): always handled.
     for delay in [None, Some(0u64), Some(2), Some(5), Some(10), Some(20), Some(50), Some(100), Some(200), Some(400)] {
-        let child = lockprof()
-            .args(["record", "--duration", "30"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("record");
+        let rec = Recorder::spawn(lockprof().args(["record", "--duration", "30"]));
         if let Some(ms) = delay {
-            wait_until_sigterm_held(child.id());
+            wait_until_sigterm_held(rec.pid());
             thread::sleep(Duration::from_millis(ms));
         }
-        signal(child.id(), libc::SIGTERM);
+        rec.signal(libc::SIGTERM);
         let started = Instant::now();
-        let out = child.wait_with_output().expect("wait");
-        let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let out = rec.finish();
+        let (text, err) = (String::from_utf8_lossy(&out.stdout), &out.stderr);
         assert!(started.elapsed() < Duration::from_secs(10), "{delay:?}: SIGTERM took {:?}", started.elapsed());
         assert!(!err.contains("panicked"), "{delay:?}: {err}");
         match (out.status.code(), out.status.signal(), delay) {
@@ -498,21 +421,13 @@ fn sighup_stops_record_with_its_report_and_serve_ignores_it() {
     let rec = dir.join("hup.lockprof");
 
     // record (its terminal closed): stops at once, saves, reports, exit 0.
-    let mut child = lockprof()
-        .args(["record", "--duration", "60", "--output"])
-        .arg(&rec)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("record");
-    let (err, seen) = wait_for_start(&mut child);
+    let session = Recorder::attach(lockprof().args(["record", "--duration", "60", "--output"]).arg(&rec));
     let hup = Instant::now();
-    signal(child.id(), libc::SIGHUP);
-    let (out, stderr) = finish(child, err, seen);
-    assert!(out.status.success(), "{}: {stderr}", out.status);
+    session.signal(libc::SIGHUP);
+    let (out, stderr) = session.wait();
     assert!(hup.elapsed() < Duration::from_secs(10), "record took {:?} to stop", hup.elapsed());
     one_line(&stderr, "SIGHUP");
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("lockprof: "), "no report");
+    assert!(String::from_utf8_lossy(&out).starts_with("lockprof: "), "no report");
     assert!(std::fs::metadata(&rec).is_ok_and(|m| m.len() > 0), "no recording saved");
     assert_nothing_attached(TEST);
 
@@ -525,13 +440,10 @@ fn sighup_stops_record_with_its_report_and_serve_ignores_it() {
             Ok(())
         });
     }
-    let mut child =
-        child.args(["record", "--duration", "2"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("nohup");
-    let (err, seen) = wait_for_start(&mut child);
+    let session = Recorder::attach(child.args(["record", "--duration", "2"]));
     let started = Instant::now();
-    signal(child.id(), libc::SIGHUP);
-    let (out, stderr) = finish(child, err, seen);
-    assert!(out.status.success(), "{}: {stderr}", out.status);
+    session.signal(libc::SIGHUP);
+    let (_, stderr) = session.wait();
     assert!(started.elapsed() >= Duration::from_millis(1500), "a nohup'd record stopped on SIGHUP");
     assert!(!stderr.contains("SIGHUP"), "{stderr}");
     assert_nothing_attached(TEST);
@@ -539,29 +451,18 @@ fn sighup_stops_record_with_its_report_and_serve_ignores_it() {
     // serve (a daemon): says once that it ignores SIGHUP, keeps serving,
     // stops on SIGTERM counting the SIGHUPs.
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-    let mut child = lockprof()
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let (mut err, mut seen) = wait_for_start(&mut child);
-    signal(child.id(), libc::SIGHUP);
-    while !seen.contains("SIGHUP ignored:") {
-        let mut line = String::new();
-        assert!(err.read_line(&mut line).expect("stderr") > 0, "serve ended on SIGHUP: {seen}");
-        seen.push_str(&line);
-    }
+    let mut serve = Recorder::attach(lockprof().args(["serve", "--listen", &format!("127.0.0.1:{port}")]));
+    serve.signal(libc::SIGHUP);
+    serve.stderr_until("serve's answer to SIGHUP", |t| t.contains("SIGHUP ignored:"));
     // /healthz answers 200 once profiles come, within a second or two.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !healthz(port) {
         assert!(Instant::now() < deadline, "serve stopped answering after SIGHUP");
         thread::sleep(Duration::from_millis(100));
     }
-    assert!(child.try_wait().expect("try_wait").is_none(), "serve exited on SIGHUP");
-    signal(child.id(), libc::SIGTERM);
-    let (out, stderr) = finish(child, err, seen);
-    assert!(out.status.success(), "{}: {stderr}", out.status);
+    assert!(serve.running(), "serve exited on SIGHUP");
+    serve.signal(libc::SIGTERM);
+    let (_, stderr) = serve.wait();
     one_line(&stderr, "SIGHUP ignored:");
     assert!(stderr.contains("programs detached (1 SIGHUP ignored)"), "{stderr}");
     assert_nothing_attached(TEST);

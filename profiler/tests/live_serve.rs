@@ -18,25 +18,19 @@ use prost::Message as _;
 
 #[path = "support/daemon.rs"]
 mod daemon;
+#[path = "support/programs.rs"]
+mod programs;
 mod support;
 
 use daemon::{Daemon, Guard, free_port, get, lockprof, request};
+use programs::{lockprof_programs, programs_when};
 
 /// One daemon and one storm at a time on the machine's two CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn have(bin: &str) -> bool {
-    Command::new(bin).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-}
-
 /// `true` if the test can run; prints why not otherwise (fails in CI).
 fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
-    let reason = support::tracepoints_missing().or_else(|| {
-        tools
-            .iter()
-            .find(|(bin, _)| !have(bin))
-            .map(|(bin, pkg)| format!("needs {bin} (Debian's {pkg}; cargo xtask setup installs it)"))
-    });
+    let reason = support::tracepoints_missing().or_else(|| support::tools_missing(tools));
     support::ready_unless(test, reason)
 }
 
@@ -61,24 +55,6 @@ fn sample(text: &str, name: &str, needles: &[&str]) -> Option<f64> {
 /// A pipe mutex's series (its class names the pipe function that contends most: read or write).
 const PIPE: [&str; 2] = ["type=\"mutex\"", "pipe_"];
 
-fn lockprof_programs() -> usize {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("contention_")))
-        .count()
-}
-
-fn programs_when(done: impl Fn(usize) -> bool) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let n = lockprof_programs();
-        if done(n) || Instant::now() >= deadline {
-            return n;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn promtool_check(text: &str) -> (bool, String) {
     let mut c = Command::new("promtool")
         .args(["check", "metrics"])
@@ -101,10 +77,10 @@ fn serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm(
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = programs_when(|n| n == 0);
+    let before = programs_when(|v| v.is_empty()).len();
     let _storm = storm();
     let mut d = Daemon::start(&["--max-series", "20"]);
-    assert!(lockprof_programs() >= before + 2, "serve attached its programs");
+    assert!(lockprof_programs().len() >= before + 2, "serve attached its programs");
 
     // Least privilege: nothing left but what map access needs, no way back.
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).expect("status");
@@ -160,8 +136,8 @@ fn serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm(
     let (status, stderr) = d.stop();
     assert!(status.success(), "exit {status:?}: {stderr}");
     assert!(stderr.contains("programs detached"), "{stderr}");
-    let after = programs_when(|n| n <= before);
-    assert_eq!(after, before, "programs left attached after SIGTERM");
+    let after = programs_when(|v| v.len() <= before);
+    assert_eq!(after.len(), before, "programs left attached after SIGTERM: {after:?}");
 }
 
 /// Percent-encodes a query value.
@@ -241,14 +217,7 @@ fn a_real_prometheus_scrapes_the_pipe_mutex_wait() {
 
 /// (contentions, delay) summed over the samples of `go tool pprof -raw`.
 fn go_raw_totals(path: &Path) -> (i64, i64, String) {
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(path)
-        .env("HOME", std::env::temp_dir())
-        .output()
-        .expect("go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "go tool pprof -raw: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    let text = support::go_pprof("-raw", path);
     let mut totals = (0, 0);
     for l in text.lines().skip_while(|l| !l.starts_with("Samples:")).skip(2).take_while(|l| !l.starts_with("Locations"))
     {

@@ -16,10 +16,13 @@ use std::{
     time::Duration,
 };
 
+#[path = "support/programs.rs"]
+mod programs;
 #[path = "support/recorder.rs"]
 mod recorder;
 mod support;
 
+use programs::{lockprof_programs, programs_when};
 use recorder::Recorder;
 
 use lockprof::{
@@ -594,28 +597,6 @@ fn binary_records_json_and_reports_the_recording() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn lockprof_programs_loaded() -> Vec<String> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter_map(|p| p.name_as_str().map(str::to_string))
-        .filter(|n| n.starts_with("contention_"))
-        .collect()
-}
-
-/// lockprof's programs once `done` holds, polling for up to 3 s: the kernel
-/// frees the programs of an exited process asynchronously, so a test that
-/// runs right after another lockprof process can still see its programs.
-fn lockprof_programs_when(done: impl Fn(&[String]) -> bool) -> Vec<String> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        let v = lockprof_programs_loaded();
-        if done(&v) || std::time::Instant::now() >= deadline {
-            return v;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn sigterm_prints_the_report_and_detaches() {
     if !kernel_ready("sigterm_prints_the_report_and_detaches") {
@@ -623,11 +604,11 @@ fn sigterm_prints_the_report_and_detaches() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Programs of earlier tests' processes may still be on their way out.
-    let before = lockprof_programs_when(|v| v.is_empty());
+    let before = programs_when(|v| v.is_empty());
     // Attached once it says so (a fresh machine's first recording can take
     // seconds to load and attach: no fixed delay stands in for that).
     let rec = Recorder::start(&["--format", "json"]);
-    let during = lockprof_programs_loaded();
+    let during = lockprof_programs();
     assert!(during.len() >= before.len() + 2, "record should have attached two programs: {during:?}");
     let stop = Arc::new(AtomicBool::new(false));
     let _ = workload::run(Workload::Pipe, 2, Duration::from_millis(2500), stop.clone());
@@ -636,8 +617,8 @@ fn sigterm_prints_the_report_and_detaches() {
     let v: serde_json::Value = serde_json::from_slice(&out).expect("report printed on SIGTERM");
     assert!(v["locks"].as_array().is_some_and(|l| !l.is_empty()));
     stop.store(true, Ordering::Relaxed);
-    let after = lockprof_programs_when(|v| v.len() <= before.len());
-    assert_eq!(after.len(), before.len(), "programs left attached after exit (3 s later): {after:?}");
+    let after = programs_when(|v| v.len() <= before.len());
+    assert_eq!(after.len(), before.len(), "programs left attached after exit: {after:?}");
 }
 
 #[test]

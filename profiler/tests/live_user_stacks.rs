@@ -39,14 +39,9 @@ const CFLAGS: [&str; 7] = [
 /// The marker between kernel frames (before it) and user frames (after it).
 const KERNEL: &str = "[kernel]";
 
-fn have(bin: &str) -> bool {
-    Command::new(bin).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-}
-
 /// `true` if the test can run; prints why not otherwise (fails in CI).
 fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
-    let reason = support::tracepoints_missing()
-        .or_else(|| tools.iter().find(|(bin, _)| !have(bin)).map(|(bin, pkg)| format!("needs {bin} (Debian's {pkg})")));
+    let reason = support::tracepoints_missing().or_else(|| support::tools_missing(tools));
     support::ready_unless(test, reason)
 }
 
@@ -252,14 +247,7 @@ fn user_stacks_name_the_writer_above_anon_pipe_write() {
     // pprof, read by go tool pprof: leaf first, the writer after anon_pipe_write.
     let pb = dir.join("rec.pb.gz");
     run_ok(&["report", "--format", "pprof", "--output", pb.to_str().expect("utf-8"), "--input"], &[&rec]);
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-traces"])
-        .arg(&pb)
-        .env("HOME", std::env::temp_dir())
-        .output()
-        .expect("go tool pprof");
-    let traces = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "go tool pprof -traces: {}", String::from_utf8_lossy(&out.stderr));
+    let traces = support::go_pprof("-traces", &pb);
     let found = traces.split("-----------+").any(|t| {
         let lines: Vec<&str> = t.lines().map(|l| l.split_whitespace().last().unwrap_or("")).collect();
         let at = |name: &str| lines.iter().position(|l| *l == name);

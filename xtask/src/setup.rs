@@ -16,13 +16,16 @@ pub fn all() -> Result<()> {
     tracefs();
     // tmux drives the TUI test; promtool and prometheus (Debian's
     // prometheus) and go (golang-go, for `go tool pprof`) read lockprof
-    // serve; curl reads its incidents.
+    // serve; curl reads its incidents; cc and objdump build and read the
+    // user-stack test's C program.
     apt_tools(&[
         ("tmux", "tmux"),
         ("promtool", "prometheus"),
         ("prometheus", "prometheus"),
         ("go", "golang-go"),
         ("curl", "curl"),
+        ("cc", "gcc"),
+        ("objdump", "binutils"),
     ])?;
     Ok(())
 }

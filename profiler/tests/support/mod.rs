@@ -32,3 +32,35 @@ pub fn tracepoints_missing() -> Option<String> {
         None
     }
 }
+
+/// The first of `tools` (a program and the Debian package that has it) not
+/// installed here, said as a reason to skip.
+#[allow(dead_code)] // not every test file needs a tool
+pub fn tools_missing(tools: &[(&str, &str)]) -> Option<String> {
+    let have = |bin: &str| {
+        std::process::Command::new(bin)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok()
+    };
+    tools
+        .iter()
+        .find(|(bin, _)| !have(bin))
+        .map(|(bin, pkg)| format!("needs {bin} (Debian's {pkg}; cargo xtask setup installs it)"))
+}
+
+/// `go tool pprof <view> <profile>`'s output, after checking it succeeded.
+#[allow(dead_code)] // only the test files that read pprof profiles
+pub fn go_pprof(view: &str, profile: &std::path::Path) -> String {
+    let out = std::process::Command::new("go")
+        .args(["tool", "pprof", view])
+        .arg(profile)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "go tool pprof {view}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    text
+}
