@@ -90,14 +90,16 @@ fn serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm(
     assert_eq!(eff & !(1 << 39), 0, "at most CAP_BPF kept: CapEff {eff:x}");
     assert_eq!(field("CapPrm:"), field("CapEff:"));
 
-    thread::sleep(Duration::from_millis(2500));
-    let first = get(d.port, "/metrics");
-    assert_eq!(first.status, 200);
-    let first = first.text();
+    // The storm's pipe mutex shows once an interval with it is published.
+    let (first, w1) = until("the pipe mutex in /metrics", || {
+        let r = get(d.port, "/metrics");
+        assert_eq!(r.status, 200);
+        let text = r.text();
+        let w = sample(&text, "lockprof_lock_wait_seconds_total", &PIPE);
+        w.map(|w| (text, w)).ok_or_else(|| r.text())
+    });
     let (ok, lint) = promtool_check(&first);
     assert!(ok, "promtool check metrics: {lint}\n{first}");
-    let w1 =
-        sample(&first, "lockprof_lock_wait_seconds_total", &PIPE).unwrap_or_else(|| panic!("no pipe mutex:\n{first}"));
     let c1 = sample(&first, "lockprof_lock_contentions_total", &PIPE).expect("pipe contentions");
     assert!(first.contains("lockprof_dropped_events_total{reason=\"ringbuf_full\",kind=\"loss\"}"), "{first}");
     assert!(first.contains("lockprof_build_info{"), "{first}");
@@ -125,11 +127,13 @@ fn serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm(
     assert_eq!(get(d.port, "/").status, 200);
     assert!(get(d.port, "/").text().contains("/debug/pprof/mutex"));
 
-    thread::sleep(Duration::from_millis(2000));
-    let second = get(d.port, "/metrics").text();
-    let w2 = sample(&second, "lockprof_lock_wait_seconds_total", &PIPE).expect("pipe mutex again");
-    let c2 = sample(&second, "lockprof_lock_contentions_total", &PIPE).expect("pipe contentions again");
-    assert!(w2 > w1 && c2 > c1, "counters grow between scrapes: wait {w1} -> {w2}, contentions {c1} -> {c2}");
+    // Counters grow with the storm's next published interval.
+    let second = until("the pipe mutex's counters to grow between scrapes", || {
+        let text = get(d.port, "/metrics").text();
+        let w2 = sample(&text, "lockprof_lock_wait_seconds_total", &PIPE).expect("pipe mutex again");
+        let c2 = sample(&text, "lockprof_lock_contentions_total", &PIPE).expect("pipe contentions again");
+        if w2 > w1 && c2 > c1 { Ok(text) } else { Err(format!("wait {w1} -> {w2}, contentions {c1} -> {c2}")) }
+    });
     let (ok, lint) = promtool_check(&second);
     assert!(ok, "{lint}");
 
@@ -138,6 +142,19 @@ fn serve_passes_promtool_counts_up_answers_bad_requests_and_detaches_on_sigterm(
     assert!(stderr.contains("programs detached"), "{stderr}");
     let after = programs_when(|v| v.len() <= before);
     assert_eq!(after.len(), before, "programs left attached after SIGTERM: {after:?}");
+}
+
+/// `f`'s value once it gives one, polled every 250 ms; panics with `what`
+/// and `f`'s last word after 60 s (far beyond a published interval's 1 s).
+fn until<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(last) => assert!(start.elapsed() < Duration::from_secs(60), "no sign of {what}: {last}"),
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Percent-encodes a query value.
@@ -256,17 +273,20 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let storm = storm();
     let d = Daemon::start(&["--window", "30"]);
-    thread::sleep(Duration::from_millis(3500));
-    let r = get(d.port, "/debug/pprof/mutex?seconds=2");
-    assert_eq!(r.status, 200, "{}", r.text());
+    // A 2 s profile (our own decoding of it) once the window holds two
+    // seconds of the storm.
+    let (r, p) = until("a 2 s mutex profile with the storm in it", || {
+        let r = get(d.port, "/debug/pprof/mutex?seconds=2");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(r.body.as_slice()).read_to_end(&mut raw).expect("gzip");
+        let p = lockprof::export::proto::Profile::decode(raw.as_slice()).expect("profile.proto");
+        let n: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+        if n > 1000 { Ok((r, p)) } else { Err(format!("{n} contentions")) }
+    });
     let dir = temp_dir("pprof");
     let file = dir.join("mutex.pb.gz");
     std::fs::write(&file, &r.body).expect("write profile");
-
-    // Our own decoding of the same bytes.
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(r.body.as_slice()).read_to_end(&mut raw).expect("gzip");
-    let p = lockprof::export::proto::Profile::decode(raw.as_slice()).expect("profile.proto");
     let st = |i: i64| p.string_table[i as usize].as_str();
     assert_eq!((st(p.sample_type[0].r#type), st(p.sample_type[0].unit)), ("contentions", "count"));
     assert_eq!((st(p.sample_type[1].r#type), st(p.sample_type[1].unit)), ("delay", "nanoseconds"));
@@ -279,22 +299,28 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
     assert!(text.contains("pipe_write"), "the pipe writers' stacks: {text}");
 
     // With the storm stopped, the window's last 30 s hold every wait the
-    // counters saw for the pipe mutex since the daemon started.
+    // counters saw for the pipe mutex since the daemon started: compared once the storm's last interval is published (the two agree
+    // from then on; until then either may be an interval ahead).
     drop(storm);
-    thread::sleep(Duration::from_millis(3000));
-    let metrics = get(d.port, "/metrics").text();
-    let line = metrics
-        .lines()
-        .filter(|l| l.starts_with("lockprof_lock_contentions_total{") && PIPE.iter().all(|n| l.contains(n)))
-        .max_by_key(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
-        .expect("pipe mutex");
-    let counted = line.rsplit(' ').next().and_then(|v| v.parse::<i64>().ok()).expect("count");
-    let addr = line.split("addr=\"").nth(1).and_then(|a| a.split('"').next()).expect("addr label");
-    let all = get(d.port, "/debug/pprof/mutex?seconds=30");
-    std::fs::write(&file, &all.body).expect("write profile");
-    let (_, _, text) = go_raw_totals(&file);
-    let in_window = first_value_of(&text, addr);
-    assert_eq!(in_window, counted, "window vs counters for the pipe mutex:\n{metrics}\n{text}");
+    let (addr, counted) = until("the window to hold every wait the counters saw", || {
+        let metrics = get(d.port, "/metrics").text();
+        let line = metrics
+            .lines()
+            .filter(|l| l.starts_with("lockprof_lock_contentions_total{") && PIPE.iter().all(|n| l.contains(n)))
+            .max_by_key(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+            .expect("pipe mutex");
+        let counted = line.rsplit(' ').next().and_then(|v| v.parse::<i64>().ok()).expect("count");
+        let addr = line.split("addr=\"").nth(1).and_then(|a| a.split('"').next()).expect("addr label").to_string();
+        let all = get(d.port, "/debug/pprof/mutex?seconds=30");
+        std::fs::write(&file, &all.body).expect("write profile");
+        let (_, _, text) = go_raw_totals(&file);
+        let in_window = first_value_of(&text, &addr);
+        if in_window == counted {
+            Ok((addr, counted))
+        } else {
+            Err(format!("window {in_window} vs counters {counted} for the pipe mutex:\n{metrics}\n{text}"))
+        }
+    });
 
     // Blame: the same waits, charged to whoever held the pipe mutex (with
     // an "[owner unknown]" row for the rest, so they add up).
@@ -302,7 +328,7 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
     assert_eq!(blame.status, 200, "{}", blame.text());
     std::fs::write(&file, &blame.body).expect("write profile");
     let (_, _, text) = go_raw_totals(&file);
-    assert_eq!(first_value_of(&text, addr), counted, "blame vs counters for the pipe mutex:\n{text}");
+    assert_eq!(first_value_of(&text, &addr), counted, "blame vs counters for the pipe mutex:\n{text}");
     assert!(text.contains("[held by "), "waits charged to owner tasks: {text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
