@@ -121,8 +121,9 @@ pub const AGG_CACHE_SLOTS: u32 = 256;
 /// of the aggregate hash maps. A wait whose key owns its slot is folded in
 /// with array arithmetic only (no hashing of the key by the kernel, no
 /// bucket lock) while the lock it waited for is held; a wait whose slot
-/// another key owns goes to the hash map. A slot belongs to the generation
-/// in `epoch`: a slot of an older generation (already drained) is free.
+/// another key owns goes to the hash map, and is counted in that slot's
+/// `missed`. A slot belongs to the generation in `epoch`: a slot of an older
+/// generation (already drained) is free.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct AggSlot {
@@ -130,8 +131,11 @@ pub struct AggSlot {
     pub key: AggKey,
     /// Generation (`ACTIVE[0]`) the slot was claimed in.
     pub epoch: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// Waits of other keys this generation that found the slot taken and
+    /// went to the hash map (`agg_cache_missed`, summed at each drain: a
+    /// store to a line the program has just read, where a counter would
+    /// cost a map lookup and stack the futex programs do not have on 6.1).
+    pub missed: u32,
     /// The aggregate (count 0: free).
     pub val: AggVal,
 }

@@ -81,10 +81,11 @@ pub const FUTEX_MAP_FULL: u32 = 29;
 pub const STACKS_LATE: u32 = 30;
 /// `--owner-stacks`: a sleeping owner's stack not walked (budget spent).
 pub const OWNER_STACK_SKIPPED: u32 = 31;
-/// Aggregate mode: a kernel lock's wait (or blame, or hold; not a futex
-/// wait's, see the eBPF `aggregate_uncounted`) whose key found its slot of
+/// Aggregate mode: a wait (or blame, or hold) whose key found its slot of
 /// the per-CPU aggregate cache taken by another key, folded into the
-/// aggregate hash map instead (the slower path, inside the critical section).
+/// aggregate hash map instead (the slower path, inside the critical
+/// section). Counted in the slot (`AggSlot::missed`), not by the programs
+/// in `COUNTERS`: userspace adds what each drain finds to this index.
 pub const AGG_CACHE_MISSED: u32 = 32;
 /// Number of counters.
 pub const COUNT: u32 = 33;

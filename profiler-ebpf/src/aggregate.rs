@@ -4,10 +4,10 @@
 //! per-CPU hash map.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use profiler_common::{AggKey, AggVal, agg_cache_index, counter, hist_bucket};
+use profiler_common::{AggKey, AggVal, agg_cache_index, hist_bucket};
 
 use crate::{
-    context::{count, current_comm},
+    context::current_comm,
     maps::{ACTIVE, AGG_A, AGG_B, AGG_CACHE, AGG_ZERO},
 };
 
@@ -33,34 +33,23 @@ fn add_wait(v: &mut AggVal, wait: u64, comm: impl FnOnce() -> [u8; 16]) {
 /// current task's `comm`); false if the hash map is full.
 #[inline(always)]
 pub fn aggregate(key: &AggKey, wait: u64) -> bool {
-    fold::<true>(key, wait, current_comm)
+    fold(key, wait, current_comm)
 }
 
 /// [`aggregate`], a new key taking its `comm` from `comm`.
 #[inline(always)]
 pub fn aggregate_as(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) -> bool {
-    fold::<true>(key, wait, comm)
-}
-
-/// [`aggregate`] without counting a cache miss in `agg_cache_missed`: the
-/// futex programs, whose chain of calls is at 6.1's 512-byte stack limit
-/// (the counter's helper call there took it to 544 bytes).
-#[inline(always)]
-pub fn aggregate_uncounted(key: &AggKey, wait: u64) -> bool {
-    fold::<false>(key, wait, current_comm)
+    fold(key, wait, comm)
 }
 
 /// Folds a wait into the cache slot of `key`, or the hash map when another
-/// key holds the slot (`COUNTED`: counted in `agg_cache_missed`).
+/// key holds the slot (counted in that slot: see `cached`).
 #[inline(always)]
-fn fold<const COUNTED: bool>(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) -> bool {
+fn fold(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) -> bool {
     let epoch = ACTIVE.get(0).copied().unwrap_or(0);
     if let Some(v) = cached(key, epoch) {
         add_wait(v, wait, comm);
         return true;
-    }
-    if COUNTED {
-        count(counter::AGG_CACHE_MISSED);
     }
     let Some(v) = hashed(key, epoch) else {
         return false;
@@ -70,7 +59,8 @@ fn fold<const COUNTED: bool>(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8
 }
 
 /// `key`'s value in this CPU's cache: its slot if the key owns it, or the
-/// slot claimed for it if the slot is free in this generation.
+/// slot claimed for it if the slot is free in this generation. A slot
+/// another key owns counts the miss (`missed`, drained with the slot).
 #[inline(always)]
 fn cached(key: &AggKey, epoch: u32) -> Option<&'static mut AggVal> {
     let slot = AGG_CACHE.get_ptr_mut(agg_cache_index(key, epoch))?;
@@ -80,11 +70,16 @@ fn cached(key: &AggKey, epoch: u32) -> Option<&'static mut AggVal> {
     // the programs moved to the next one.
     let slot = unsafe { &mut *slot };
     if slot.epoch == epoch && slot.val.count != 0 {
-        return if slot.key == *key { Some(&mut slot.val) } else { None };
+        if slot.key == *key {
+            return Some(&mut slot.val);
+        }
+        slot.missed = slot.missed.wrapping_add(1);
+        return None;
     }
     let zero = AGG_ZERO.get(0)?;
     slot.key = *key;
     slot.epoch = epoch;
+    slot.missed = 0;
     slot.val = *zero;
     Some(&mut slot.val)
 }

@@ -29,7 +29,7 @@ use profiler_common::{
 };
 
 use crate::{
-    aggregate::aggregate_uncounted,
+    aggregate::aggregate,
     context::{Ids, cgroup, config, count, current_comm, wanted},
     maps::FUTEX_WAITS,
     ringbuf,
@@ -333,7 +333,7 @@ fn release(ctx: &TracePointContext, uaddr: u64) -> Result<u32, u32> {
         flags: st.flags | AGG_HOLD,
         _pad: 0,
     };
-    if cfg.mode != MODE_AGGREGATE || !aggregate_uncounted(&key, held) {
+    if cfg.mode != MODE_AGGREGATE || !aggregate(&key, held) {
         if cfg.mode == MODE_AGGREGATE && count(counter::AGG_FULL) {
             warn!(ctx, "lockprof: aggregate map full, streaming instead");
         }
@@ -395,7 +395,7 @@ fn account(ctx: &TracePointContext, st: &FutexWait, ids: Ids, mode: u32, outlier
             cgroup_id: STACK_SKIPPED,
             _pad: 0,
         };
-        blamed = aggregate_uncounted(&key, wait);
+        blamed = aggregate(&key, wait);
         if !blamed && count(counter::AGG_FULL) {
             warn!(ctx, "lockprof: aggregate map full, blame lost");
         }
@@ -410,7 +410,7 @@ fn account(ctx: &TracePointContext, st: &FutexWait, ids: Ids, mode: u32, outlier
         cgroup_id: st.cgroup_id,
         _pad: 0,
     };
-    if !aggregate_uncounted(&key, wait) {
+    if !aggregate(&key, wait) {
         if count(counter::AGG_FULL) {
             warn!(ctx, "lockprof: aggregate map full, streaming instead");
         }

@@ -164,9 +164,9 @@ pub struct Bookkeeping {
     pub owner_stack_skipped: u64,
     /// Aggregate mode: a key did not fit in the aggregate map; the wait was streamed instead.
     pub agg_map_full: u64,
-    /// Aggregate mode: kernel lock waits whose per-CPU aggregate cache slot
-    /// another key held, folded into the aggregate hash map instead (slower,
-    /// not lost).
+    /// Aggregate mode: waits (kernel and futex) whose per-CPU aggregate
+    /// cache slot another key held, folded into the aggregate hash map
+    /// instead (slower, not lost); counted in the slots, summed at each drain.
     pub agg_cache_missed: u64,
     /// Aggregate mode: long waits also streamed for the slowest-waits list.
     pub outliers: u64,

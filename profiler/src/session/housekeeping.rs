@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
+use profiler_common::counter;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{cgroups::FilterWatch, refusals::Refusals};
 use crate::{
-    ebpf::{AggMaps, FutexMaps, KernelCounters, PendingMaps, ProgramFd, recursion_misses},
+    ebpf::{AggMaps, CounterValues, FutexMaps, KernelCounters, PendingMaps, ProgramFd, recursion_misses},
     pipeline::{Msg, Record, aggregator::KernelStatus},
 };
 
@@ -37,10 +38,20 @@ pub struct Housekeeping {
 }
 
 impl Housekeeping {
+    /// The programs' counters now, with the aggregate cache's misses of the
+    /// generations drained so far (the cache slots count those).
+    pub fn counters(&self) -> CounterValues {
+        let mut c = self.counters.read();
+        if let Some(aggs) = &self.aggs {
+            c.add(counter::AGG_CACHE_MISSED, aggs.cache_missed());
+        }
+        c
+    }
+
     /// The kernel side's counters now.
     pub fn status(&self) -> KernelStatus {
         KernelStatus {
-            counters: self.counters.read(),
+            counters: self.counters(),
             recursion_misses: recursion_misses(&self.program_fds),
             map_ops_refused: self.refused.count(),
         }

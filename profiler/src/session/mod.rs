@@ -418,10 +418,12 @@ impl Session {
         self.stop.cancel();
         let _ring = (&mut self.reader).await??;
         let mut hk = (&mut self.housekeeper).await?;
-        // Programs are detached: the counters and both aggregate maps are final.
-        let counters = hk.counters.read();
+        // Programs are detached: the counters and both aggregate maps are
+        // final (the drain adds the last generation's cache misses).
+        let mut counters = hk.counters.read();
         if let Some(tx) = self.aggregator.sender() {
             hk.final_drain(&tx).await;
+            counters = hk.counters();
             let status = KernelStatus { counters, recursion_misses: misses, map_ops_refused: hk.refused.count() };
             let _ = tx.send(Msg::Kernel(Box::new(status))).await;
         }

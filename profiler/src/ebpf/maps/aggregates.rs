@@ -22,6 +22,7 @@ pub struct AggMaps {
     cache: PerCpuArray<MapData, AggSlot>,
     active: Array<MapData, u32>,
     epoch: u32,
+    cache_missed: u64,
 }
 
 /// Adds `v` (one CPU's or one source's aggregate) into `out`.
@@ -53,15 +54,18 @@ pub fn merge_cpus<'a>(values: impl IntoIterator<Item = &'a AggVal>) -> AggVal {
 }
 
 /// The cache slots of generation `epoch` among `slots` (every CPU's value
-/// of the generation's half), merged by key.
-pub fn cached_of_epoch<'a>(epoch: u32, slots: impl IntoIterator<Item = &'a AggSlot>) -> HashMap<AggKey, AggVal> {
+/// of the generation's half), merged by key, and the waits of other keys
+/// they sent to the hash map (`agg_cache_missed`).
+pub fn cached_of_epoch<'a>(epoch: u32, slots: impl IntoIterator<Item = &'a AggSlot>) -> (HashMap<AggKey, AggVal>, u64) {
     let mut out: HashMap<AggKey, AggVal> = HashMap::new();
+    let mut missed = 0u64;
     for s in slots {
         if s.epoch == epoch && s.val.count != 0 {
             merge_into(out.entry(s.key).or_default(), &s.val);
+            missed += u64::from(s.missed);
         }
     }
-    out
+    (out, missed)
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
@@ -75,7 +79,7 @@ impl AggMaps {
         cache: PerCpuArray<MapData, AggSlot>,
         active: Array<MapData, u32>,
     ) -> AggMaps {
-        AggMaps { maps: [a, b], cache, active, epoch: 0 }
+        AggMaps { maps: [a, b], cache, active, epoch: 0, cache_missed: 0 }
     }
 
     /// Moves the programs to the next generation; returns the one to drain.
@@ -90,6 +94,13 @@ impl AggMaps {
     /// The generation the programs write.
     pub fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    /// Waits whose cache slot another key held (`agg_cache_missed`), in the
+    /// generations drained so far: the cache slots count them, not the
+    /// programs' counters.
+    pub fn cache_missed(&self) -> u64 {
+        self.cache_missed
     }
 
     /// Reads generation `epoch` (no longer written): deletes every key of its
@@ -116,9 +127,11 @@ impl AggMaps {
         let half = (epoch & 1) * AGG_CACHE_SLOTS;
         for i in half..half + AGG_CACHE_SLOTS {
             let per_cpu = self.cache.get(&i, 0).map_err(map_err(map::AGG_CACHE))?;
-            for (k, v) in cached_of_epoch(epoch, per_cpu.iter()) {
+            let (cached, missed) = cached_of_epoch(epoch, per_cpu.iter());
+            for (k, v) in cached {
                 merge_into(merged.entry(k).or_default(), &v);
             }
+            self.cache_missed += missed;
         }
         Ok(())
     }
@@ -156,18 +169,22 @@ mod tests {
             cgroup_id: 0,
             _pad: 0,
         };
-        let slot = |tid, epoch, count| AggSlot {
+        let slot = |tid, epoch, count, missed| AggSlot {
             key: key(tid),
             epoch,
-            _pad: 0,
+            missed,
             val: AggVal { count, total_ns: count * 100, max_ns: 100, min_ns: 100, ..AggVal::default() },
         };
         // Two CPUs with the same key in generation 4, one stale slot of
-        // generation 2 (drained two flips ago) and one free slot.
-        let slots = [slot(1, 4, 3), slot(1, 4, 2), slot(2, 2, 9), slot(3, 4, 0)];
-        let got = cached_of_epoch(4, slots.iter());
+        // generation 2 (drained two flips ago, its misses counted then) and
+        // one free slot.
+        let slots = [slot(1, 4, 3, 7), slot(1, 4, 2, 1), slot(2, 2, 9, 40), slot(3, 4, 0, 0)];
+        let (got, missed) = cached_of_epoch(4, slots.iter());
         assert_eq!(got.len(), 1);
         assert_eq!((got[&key(1)].count, got[&key(1)].total_ns), (5, 500));
-        assert!(cached_of_epoch(3, slots.iter()).is_empty());
+        assert_eq!(missed, 8);
+        let (stale, missed) = cached_of_epoch(3, slots.iter());
+        assert!(stale.is_empty());
+        assert_eq!(missed, 0);
     }
 }

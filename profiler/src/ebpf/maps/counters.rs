@@ -50,6 +50,13 @@ impl CounterValues {
         self.0.get(idx as usize).copied().unwrap_or(0)
     }
 
+    /// Adds `n` to counter `idx` (one counted outside `COUNTERS`).
+    pub fn add(&mut self, idx: u32, n: u64) {
+        if let Some(v) = self.0.get_mut(idx as usize) {
+            *v = v.saturating_add(n);
+        }
+    }
+
     /// (name, value) pairs.
     pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         counter::NAMES.iter().copied().zip(self.0.iter().copied())
@@ -98,6 +105,17 @@ fn parse_fdinfo(info: &str, key: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_kept_outside_the_map_adds_to_its_counter() {
+        let mut c = CounterValues::default();
+        c.0[counter::AGG_CACHE_MISSED as usize] = 5;
+        c.add(counter::AGG_CACHE_MISSED, 8);
+        c.add(counter::COUNT, 1);
+        assert_eq!(c.get(counter::AGG_CACHE_MISSED), 13);
+        assert_eq!(c.named().find(|(n, _)| *n == "agg_cache_missed"), Some(("agg_cache_missed", 13)));
+        assert_eq!(c.0.iter().sum::<u64>(), 13, "an index past the counters adds nothing");
+    }
 
     #[test]
     fn fdinfo_field() {
