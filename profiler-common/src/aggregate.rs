@@ -114,7 +114,8 @@ pub const AGG_BLAME: u32 = 1 << 30;
 /// two generations, like the two aggregate hash maps): 250 KiB per CPU,
 /// under 2% of the aggregate hash maps' preallocation. A pipe storm's ~30
 /// hot keys per CPU (waits, and blame keyed by owner) left 12.5% of the waits
-/// on the hash-map path with 64 slots, 0.3-6% with 256 (`agg_cache_missed`).
+/// on the hash-map path with 64 slots, 0.01-17% with 256 (`agg_cache_missed`:
+/// which hot keys collide depends on the run's lock addresses and stacks).
 pub const AGG_CACHE_SLOTS: u32 = 256;
 
 /// An entry of the per-CPU aggregate cache: a direct-mapped array in front

@@ -272,7 +272,8 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let storm = storm();
-    let d = Daemon::start(&["--window", "30"]);
+    // A window far longer than the test: every wait since start stays in it.
+    let d = Daemon::start(&["--window", "600"]);
     // A 2 s profile (our own decoding of it) once the window holds two
     // seconds of the storm.
     let (r, p) = until("a 2 s mutex profile with the storm in it", || {
@@ -298,7 +299,7 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
     assert!(count > 1000 && delay > 0, "two seconds of a pipe storm: {count} contentions\n{text}");
     assert!(text.contains("pipe_write"), "the pipe writers' stacks: {text}");
 
-    // With the storm stopped, the window's last 30 s hold every wait the
+    // With the storm stopped, the window (all of the daemon's life) holds every wait the
     // counters saw for the pipe mutex since the daemon started: compared once the storm's last interval is published (the two agree
     // from then on; until then either may be an interval ahead).
     drop(storm);
@@ -311,7 +312,7 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
             .expect("pipe mutex");
         let counted = line.rsplit(' ').next().and_then(|v| v.parse::<i64>().ok()).expect("count");
         let addr = line.split("addr=\"").nth(1).and_then(|a| a.split('"').next()).expect("addr label").to_string();
-        let all = get(d.port, "/debug/pprof/mutex?seconds=30");
+        let all = get(d.port, "/debug/pprof/mutex?seconds=600");
         std::fs::write(&file, &all.body).expect("write profile");
         let (_, _, text) = go_raw_totals(&file);
         let in_window = first_value_of(&text, &addr);
@@ -324,7 +325,7 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
 
     // Blame: the same waits, charged to whoever held the pipe mutex (with
     // an "[owner unknown]" row for the rest, so they add up).
-    let blame = get(d.port, "/debug/pprof/lockprof?seconds=30&metric=blame");
+    let blame = get(d.port, "/debug/pprof/lockprof?seconds=600&metric=blame");
     assert_eq!(blame.status, 200, "{}", blame.text());
     std::fs::write(&file, &blame.body).expect("write profile");
     let (_, _, text) = go_raw_totals(&file);

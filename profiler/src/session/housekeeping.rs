@@ -27,8 +27,9 @@ pub struct Housekeeping {
     pub pending: PendingMaps,
     /// Futex contentions in progress (`--futex`).
     pub futex: Option<FutexMaps>,
-    /// The programs' counters.
-    pub counters: KernelCounters,
+    /// The programs' own counters (without the aggregate cache's misses:
+    /// read them through [`Housekeeping::counters`]).
+    pub programs_counters: KernelCounters,
     /// Program fds, for their recursion misses.
     pub program_fds: Vec<ProgramFd>,
     /// Map operations the kernel refused.
@@ -41,7 +42,7 @@ impl Housekeeping {
     /// The programs' counters now, with the aggregate cache's misses of the
     /// generations drained so far (the cache slots count those).
     pub fn counters(&self) -> CounterValues {
-        let mut c = self.counters.read();
+        let mut c = self.programs_counters.read();
         if let Some(aggs) = &self.aggs {
             c.add(counter::AGG_CACHE_MISSED, aggs.cache_missed());
         }

@@ -257,7 +257,7 @@ impl Session {
             aggs: if opts.mode() == Mode::Aggregate { Some(probes.take_aggregates()?) } else { None },
             pending: probes.take_pending()?,
             futex: if opts.load.futex && probes.futex().is_ok() { Some(probes.take_futex()?) } else { None },
-            counters: probes.take_counters()?,
+            programs_counters: probes.take_counters()?,
             program_fds: probes.program_fds(),
             refused: Default::default(),
         };
@@ -282,7 +282,7 @@ impl Prepared {
     /// Reads one map through the bpf(2) syscall, as the pipeline will every
     /// interval: whether map access still works with the current privileges.
     pub fn probe_map_access(&self) -> std::io::Result<()> {
-        self.hk.counters.probe()
+        self.hk.programs_counters.probe()
     }
 
     /// Starts the pipeline tasks. Must run inside a tokio runtime.
@@ -420,7 +420,7 @@ impl Session {
         let mut hk = (&mut self.housekeeper).await?;
         // Programs are detached: the counters and both aggregate maps are
         // final (the drain adds the last generation's cache misses).
-        let mut counters = hk.counters.read();
+        let mut counters = hk.programs_counters.read();
         if let Some(tx) = self.aggregator.sender() {
             hk.final_drain(&tx).await;
             counters = hk.counters();

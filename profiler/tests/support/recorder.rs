@@ -30,6 +30,8 @@ struct Stderr {
 
 pub struct Recorder {
     child: Option<Child>,
+    /// Its exit status, once `running` has reaped it (its pid is free then).
+    exited: Option<ExitStatus>,
     stdout: Option<JoinHandle<Vec<u8>>>,
     stderr: Arc<(Mutex<Stderr>, Condvar)>,
     stderr_reader: Option<JoinHandle<()>>,
@@ -74,10 +76,12 @@ impl Recorder {
         let stderr_reader = thread::spawn(move || {
             let (lock, changed) = &*shared;
             loop {
-                let mut line = String::new();
-                let n = err.read_line(&mut line).unwrap_or(0);
+                // Bytes, not UTF-8: a stray byte must not end the reading
+                // (the pipe would close under lockprof's next message).
+                let mut line = Vec::new();
+                let n = err.read_until(b'\n', &mut line).unwrap_or(0);
                 let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
-                s.text.push_str(&line);
+                s.text.push_str(&String::from_utf8_lossy(&line));
                 s.ended = n == 0;
                 changed.notify_all();
                 if n == 0 {
@@ -85,23 +89,29 @@ impl Recorder {
                 }
             }
         });
-        Recorder { child: Some(child), stdout: Some(stdout), stderr, stderr_reader: Some(stderr_reader) }
+        Recorder { child: Some(child), exited: None, stdout: Some(stdout), stderr, stderr_reader: Some(stderr_reader) }
     }
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
 
-    /// Sends `sig` to it.
+    /// Sends `sig` to it (never after `running` found it exited: its pid may
+    /// be another process's by then).
     pub fn signal(&self, sig: libc::c_int) {
+        assert!(self.exited.is_none(), "lockprof already exited ({:?}): no signal sent", self.exited);
         let pid = self.pid();
-        // SAFETY: kill(2) on a child we spawned and have not reaped.
+        // SAFETY: kill(2) on a child we spawned and have not reaped (checked above).
         assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill({pid}, {sig})");
     }
 
-    /// Whether it is still running (not exited).
+    /// Whether it is still running (not exited; an exited one is reaped and
+    /// its status kept for [`Recorder::finish`]).
     pub fn running(&mut self) -> bool {
-        self.child.as_mut().expect("running").try_wait().expect("try_wait").is_none()
+        if self.exited.is_none() {
+            self.exited = self.child.as_mut().expect("running").try_wait().expect("try_wait");
+        }
+        self.exited.is_none()
     }
 
     /// Its stderr once `done` holds of it; panics, saying `what` it waited
@@ -123,7 +133,11 @@ impl Recorder {
 
     /// Waits for it to exit: its status, stdout and stderr.
     pub fn finish(mut self) -> Finished {
-        let status = self.child.take().expect("running").wait().expect("wait");
+        let mut child = self.child.take().expect("running");
+        let status = match self.exited {
+            Some(status) => status,
+            None => child.wait().expect("wait"),
+        };
         let stdout = self.stdout.take().expect("stdout").join().expect("stdout reader");
         self.stderr_reader.take().expect("stderr").join().expect("stderr reader");
         let stderr = std::mem::take(&mut self.stderr.0.lock().unwrap_or_else(|e| e.into_inner()).text);
