@@ -299,9 +299,10 @@ fn go_tool_pprof_reads_the_mutex_profile_and_its_totals_match() {
     assert!(count > 1000 && delay > 0, "two seconds of a pipe storm: {count} contentions\n{text}");
     assert!(text.contains("pipe_write"), "the pipe writers' stacks: {text}");
 
-    // With the storm stopped, the window (all of the daemon's life) holds every wait the
-    // counters saw for the pipe mutex since the daemon started: compared once the storm's last interval is published (the two agree
-    // from then on; until then either may be an interval ahead).
+    // With the storm stopped, the window (all of the daemon's life) holds
+    // every wait the counters saw for the pipe mutex: compared once the
+    // storm's last interval is published (the two agree from then on; until
+    // then either may be an interval ahead).
     drop(storm);
     let (addr, counted) = until("the window to hold every wait the counters saw", || {
         let metrics = get(d.port, "/metrics").text();

@@ -419,11 +419,14 @@ impl Session {
         let _ring = (&mut self.reader).await??;
         let mut hk = (&mut self.housekeeper).await?;
         // Programs are detached: the counters and both aggregate maps are
-        // final (the drain adds the last generation's cache misses).
-        let mut counters = hk.programs_counters.read();
-        if let Some(tx) = self.aggregator.sender() {
-            hk.final_drain(&tx).await;
-            counters = hk.counters();
+        // final. Drained first: the drain adds the last generation's cache
+        // misses to the counters.
+        let tx = self.aggregator.sender();
+        if let Some(tx) = &tx {
+            hk.final_drain(tx).await;
+        }
+        let counters = hk.counters();
+        if let Some(tx) = tx {
             let status = KernelStatus { counters, recursion_misses: misses, map_ops_refused: hk.refused.count() };
             let _ = tx.send(Msg::Kernel(Box::new(status))).await;
         }
