@@ -1,6 +1,6 @@
 //! `lockprof-docs DIR`: writes lockprof's man pages (`DIR/man1`) and shell
 //! completions (`DIR/completions`), generated from its clap definitions.
-//! Run by `cargo xtask dist` (feature `docs`; never in the product binary).
+//! Run by `cargo xtask dist` (an example: never in the product or installed with it).
 
 use std::path::PathBuf;
 

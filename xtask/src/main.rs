@@ -6,13 +6,15 @@
 
 mod bench;
 mod dist;
+mod phases;
 mod setup;
+mod test;
 mod util;
 mod vm;
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 
 use util::{cargo, is_root, run, workspace_root};
@@ -124,35 +126,24 @@ enum Cmd {
         /// the README's table is then left alone.
         #[arg(long, conflicts_with = "check_packages")]
         filter: Option<String>,
+        /// Guests booted at a time [default: the host's CPUs; each TCG guest runs on one].
+        #[arg(long)]
+        lanes: Option<usize>,
     },
-    /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests.
+    /// Set up, then run every check: fmt, clippy, unit tests, root eBPF tests,
+    /// the release artefacts, the guest kernels; ends with a table of where the time went.
     Test {
         /// Skip fmt and clippy.
         #[arg(long)]
         no_lint: bool,
         /// Skip the guest-kernel (QEMU) tests of the kprobe and fentry backends.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "quick")]
         no_vm: bool,
+        /// The developer's path: host checks, the x86_64 tarball (no .debs) and
+        /// one guest (the newest x86_64 kernel) instead of the whole matrix.
+        #[arg(long)]
+        quick: bool,
     },
-}
-
-/// The x86_64 release tarball's binary, run on this host as shipped (root;
-/// `required`: fail, rather than say it was not run, without root).
-fn dist_smoke(required: bool) -> Result<()> {
-    if !is_root() {
-        let why = "the release smoke test runs lockprof doctor and record: it needs root";
-        if required {
-            bail!("{why}");
-        }
-        eprintln!("xtask: {why}; not run");
-        return Ok(());
-    }
-    let tarball = dist::tarball(dist::X86_64)?;
-    let dir = workspace_root().join("target/dist/smoke");
-    let bin = dist::extract_binary(&tarball, &dir.join("unpacked"))?;
-    let said = dist::smoke_test(&bin, dist::X86_64, &dir.join("run"))?;
-    eprintln!("xtask: release tarball {}: {said}", tarball.display());
-    Ok(())
 }
 
 fn release_binary() -> PathBuf {
@@ -196,41 +187,21 @@ fn main() -> Result<()> {
             } else {
                 arches.iter().map(|a| dist::Arch::named(a)).collect::<Result<Vec<_>>>()?
             };
-            dist::run_dist(&dist::Opts { arches, deb: !no_deb })?;
-            if smoke { dist_smoke(true) } else { Ok(()) }
+            let phases = phases::Phases::default();
+            let tarballs = dist::run_dist(&dist::Opts { arches, deb: !no_deb }, &phases)?;
+            if smoke { test::dist_smoke(&tarballs) } else { Ok(()) }
         }
-        Cmd::Test { no_lint, no_vm } => {
-            test(no_lint)?;
-            // The release artifacts, made as `cargo xtask dist` makes them (both
-            // tarballs, both .debs through lintian, SHA256SUMS): a fresh machine
-            // proves it can. Root installs cargo-deb's and lintian's packages.
-            if is_root() {
-                dist::run_dist(&dist::Opts { arches: dist::ARCHES.to_vec(), deb: true })?;
-            } else {
-                eprintln!("xtask: not root: the release artifacts were not made (apt installs lintian)");
-            }
-            dist_smoke(false)?;
-            if no_vm {
-                eprintln!("xtask: --no-vm: the guest-kernel backend tests were not run");
-                Ok(())
-            } else {
-                vm_test(vm::Opts {
-                    kernel: None,
-                    arch: None,
-                    matrix: true,
-                    timeout: None,
-                    check_packages: false,
-                    filter: None,
-                })
-            }
-        }
-        Cmd::VmTest { kernel, arch, matrix, timeout, check_packages, filter } => vm_test(vm::Opts {
+        Cmd::Test { no_lint, no_vm, quick } => test::run_all(&test::Opts { no_lint, no_vm, quick }),
+        Cmd::VmTest { kernel, arch, matrix, timeout, check_packages, filter, lanes } => vm_test(vm::Opts {
             kernel,
             arch: arch.as_deref().map(dist::Arch::named).transpose()?,
             matrix,
+            quick: false,
             timeout: timeout.map(std::time::Duration::from_secs),
             check_packages,
             filter,
+            tarballs: Vec::new(),
+            lanes,
         }),
         Cmd::Bench {
             rounds,
@@ -285,60 +256,8 @@ fn vm_test(opts: vm::Opts) -> Result<()> {
     if !is_root() {
         bail!("cargo xtask vm-test installs QEMU with apt and loads eBPF programs in guests: run it as root");
     }
-    setup::all()?;
-    vm::run_vm(&opts)
-}
-
-fn test(no_lint: bool) -> Result<()> {
-    setup::all()?;
-    if !no_lint {
-        run(cargo().args(["fmt", "--all", "--check"])).context("cargo fmt --check: run `cargo fmt --all`")?;
-        // Every target, the feature-gated ones (bench binary, guest tests) included.
-        run(cargo().args(["clippy", "--workspace", "--exclude", "profiler-ebpf", "--all-targets"]).args([
-            "--features",
-            "profiler/bench,profiler/guest-tests,profiler/docs",
-            "--",
-            "-D",
-            "warnings",
-        ]))?;
-        // The eBPF crate only builds for the BPF target (with and without the benchmark floor).
-        for features in ["", "floor"] {
-            run(std::process::Command::new("rustup")
-                .current_dir(util::workspace_root())
-                .env("PATH", util::path_env())
-                .args(["run", "nightly", "cargo", "clippy", "--package", "profiler-ebpf", "--features", features])
-                .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core", "--", "-D", "warnings"]))?;
-        }
-    }
-    // The floor-backed count test and lockprof-bench's unit tests need the `bench` feature.
-    let suites: [&[&str]; 2] = [
-        &["test", "--workspace", "--tests"],
-        &["test", "--package", "profiler", "--features", "bench", "--bin", "lockprof-bench", "--test", "live_counts"],
-    ];
-    if is_root() {
-        run(cargo().args(["test", "--workspace"]))?;
-        return run(cargo().args(suites[1]));
-    }
-    // Unit tests as this user; the kernel tests need root.
-    run(cargo().args(["test", "--workspace", "--exclude", "profiler-ebpf", "--lib", "--bins"]))?;
-    let sudo = std::process::Command::new("sudo").args(["-n", "true"]).status().is_ok_and(|s| s.success());
-    if !sudo && util::in_ci() {
-        bail!("CI=true but not root and no passwordless sudo: the kernel tests must run in CI");
-    }
-    if sudo {
-        eprintln!("xtask: running the kernel tests through sudo");
-    } else {
-        eprintln!("xtask: not root and no passwordless sudo: the kernel tests will skip, each saying why");
-    }
-    for args in suites {
-        if sudo {
-            run(std::process::Command::new("sudo")
-                .args(["-E", "env", &format!("PATH={}", std::env::var("PATH").unwrap_or_default())])
-                .arg(util::cargo_path())
-                .args(args))?;
-        } else {
-            run(cargo().args(args))?;
-        }
-    }
-    Ok(())
+    let phases = phases::Phases::default();
+    let out = setup::all().and_then(|()| vm::run_vm(&opts, &phases));
+    println!("\n{}", phases.render("`cargo xtask vm-test`:"));
+    out
 }

@@ -11,24 +11,31 @@ const BPF_LINKER: &str = "bpf-linker@0.13.0";
 
 /// Everything: toolchain, bpf-linker, tracefs, test tools.
 pub fn all() -> Result<()> {
+    toolchain()?;
+    apt_tools(TEST_TOOLS)
+}
+
+/// What building needs: nightly with rust-src, bpf-linker; and tracefs.
+pub fn toolchain() -> Result<()> {
     nightly()?;
     bpf_linker()?;
     tracefs();
-    // tmux drives the TUI test; promtool and prometheus (Debian's
-    // prometheus) and go (golang-go, for `go tool pprof`) read lockprof
-    // serve; curl reads its incidents; cc and objdump build and read the
-    // user-stack test's C program.
-    apt_tools(&[
-        ("tmux", "tmux"),
-        ("promtool", "prometheus"),
-        ("prometheus", "prometheus"),
-        ("go", "golang-go"),
-        ("curl", "curl"),
-        ("cc", "gcc"),
-        ("objdump", "binutils"),
-    ])?;
     Ok(())
 }
+
+/// The programs the root tests drive: tmux drives the TUI test; promtool
+/// and prometheus (Debian's prometheus) and go (golang-go, for `go tool
+/// pprof`) read lockprof serve; curl reads its incidents; cc and objdump
+/// build and read the user-stack test's C program.
+pub const TEST_TOOLS: &[(&str, &str)] = &[
+    ("tmux", "tmux"),
+    ("promtool", "prometheus"),
+    ("prometheus", "prometheus"),
+    ("go", "golang-go"),
+    ("curl", "curl"),
+    ("cc", "gcc"),
+    ("objdump", "binutils"),
+];
 
 /// Debian packages the tests drive (tmux for the TUI test), installed when
 /// missing and we are root; otherwise those tests skip and say why.

@@ -28,7 +28,8 @@ pub fn unit_for_deb(unit: &str) -> String {
     )
 }
 
-fn cargo_deb() -> Result<()> {
+/// cargo-deb, built once (`cargo install`) when missing.
+pub fn cargo_deb() -> Result<()> {
     let installed = output(Command::new(cargo_home().join("bin/cargo-deb")).arg("--version").env("PATH", path_env()));
     let want = CARGO_DEB.trim_start_matches("cargo-deb@");
     if installed.is_some_and(|v| v.contains(want)) {
@@ -70,9 +71,12 @@ pub fn make(arch: Arch, bin: &Path) -> Result<PathBuf> {
     }
 }
 
+/// The Debian package lintian comes in.
+pub const LINTIAN: (&str, &str) = ("lintian", "lintian");
+
 /// lintian on the packages: any error fails.
 pub fn lintian(debs: &[PathBuf]) -> Result<()> {
-    setup::apt_tools(&[("lintian", "lintian")])?;
+    setup::apt_tools(&[LINTIAN])?;
     let mut cmd = Command::new("lintian");
     cmd.args(["--fail-on", "error", "--no-tag-display-limit", "--info"]);
     if is_root() {

@@ -16,8 +16,13 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-pub use self::{smoke::smoke_test, tarball::extract_binary};
+pub use self::{
+    deb::{LINTIAN, cargo_deb},
+    smoke::smoke_test,
+    tarball::extract_binary,
+};
 use crate::{
+    phases::Phases,
     setup,
     util::{cargo, output, run, workspace_root},
 };
@@ -85,15 +90,24 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// The man pages and completions, from the clap definitions (`lockprof-docs`).
+/// The man pages and completions, from the clap definitions (the
+/// `lockprof-docs` example, built as `cargo test --workspace` builds it: on
+/// the default features, with the workspace's feature set, so after the
+/// tests it is already there).
 fn docs() -> Result<PathBuf> {
     let dir = dist_dir().join("docs");
     let _ = std::fs::remove_dir_all(&dir);
-    run(cargo()
-        .args(["run", "--quiet", "--package", "profiler", "--features", "docs", "--bin", "lockprof-docs", "--"])
-        .arg(&dir)
-        .stdout(std::process::Stdio::null()))
-    .context("generating the man pages and completions")?;
+    let built =
+        output(cargo().args(["build", "--workspace", "--example", "lockprof-docs", "--message-format", "json"]))
+            .context("building the lockprof-docs example")?;
+    let exe = built
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "lockprof-docs")
+        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+        .context("cargo named no lockprof-docs executable")?;
+    run(Command::new(exe).arg(&dir).stdout(std::process::Stdio::null()))
+        .context("generating the man pages and completions")?;
     Ok(dir)
 }
 
@@ -106,8 +120,9 @@ pub fn tarball(arch: Arch) -> Result<PathBuf> {
     tarball::make(arch, &version, &bin, &docs)
 }
 
-/// `cargo xtask dist`.
-pub fn run_dist(o: &Opts) -> Result<()> {
+/// `cargo xtask dist`, each build and check a phase of `phases`; returns
+/// the tarball of each architecture.
+pub fn run_dist(o: &Opts, phases: &Phases) -> Result<Vec<(Arch, PathBuf)>> {
     if o.arches.is_empty() {
         bail!("no architecture to build");
     }
@@ -120,20 +135,23 @@ pub fn run_dist(o: &Opts) -> Result<()> {
         }
     }
     let version = version()?;
-    let docs = docs()?;
+    let docs = phases.time("dist: man pages and completions", docs)?;
     let mut made = Vec::new();
     let mut debs = Vec::new();
+    let mut tarballs = Vec::new();
     for &arch in &o.arches {
-        let bin = build(arch)?;
-        made.push(tarball::make(arch, &version, &bin, &docs)?);
+        let bin = phases.time(&format!("cargo build: release {}", arch.triple), || build(arch))?;
+        let t = phases.time(&format!("dist: {} tarball", arch.name), || tarball::make(arch, &version, &bin, &docs))?;
+        tarballs.push((arch, t.clone()));
+        made.push(t);
         if o.deb {
-            let d = deb::make(arch, &bin)?;
+            let d = phases.time(&format!("dist: {} .deb", arch.name), || deb::make(arch, &bin))?;
             debs.push(d.clone());
             made.push(d);
         }
     }
     if o.deb {
-        deb::lintian(&debs)?;
+        phases.time("dist: lintian", || deb::lintian(&debs))?;
     }
     let sums = sha256sums(&made)?;
     let mut s = String::new();
@@ -142,7 +160,7 @@ pub fn run_dist(o: &Opts) -> Result<()> {
         let _ = writeln!(s, "  {} ({:.1} MiB)", path.display(), size as f64 / (1024.0 * 1024.0));
     }
     eprintln!("xtask: dist:\n{s}");
-    Ok(())
+    Ok(tarballs)
 }
 
 /// `SHA256SUMS` next to the artifacts (`sha256sum -c` reads it).

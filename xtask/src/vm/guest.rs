@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -62,6 +62,8 @@ if grep -qw cgroup2 /proc/filesystems; then
   mount -t cgroup2 cgroup2 /sys/fs/cgroup || echo "cgroup2: mount failed"
 fi
 echo LOCKPROF-VM-BEGIN $(uname -r)
+# The accelerator probe (xtask/src/vm/accel.rs): booted is all it asks.
+if grep -qw lockprof.probe /proc/cmdline; then echo LOCKPROF-VM-EXIT=0; poweroff -f; fi
 cd /tmp
 "#;
 
@@ -92,7 +94,7 @@ pub enum Payload<'a> {
 fn init(payload: &Payload<'_>) -> String {
     let body = match payload {
         Payload::Tests(filter) => TESTS.replace("@FILTER@", filter.unwrap_or_default()),
-        Payload::Script(s) => s.to_string(),
+        Payload::Script(s) => format!("{s}\necho {END_MARK}$?"),
     };
     format!("{PRELUDE}{body}\npoweroff -f\n")
 }
@@ -155,50 +157,193 @@ pub fn qemu(arch: Arch) -> (&'static str, &'static [&'static str], &'static str)
     }
 }
 
-/// Boots `vmlinuz` with `initrd` under QEMU (TCG, 4 vCPUs, one host thread)
-/// and returns the console's lines, each also echoed with `prefix`. Killed
-/// after `timeout`.
-pub fn boot(arch: Arch, vmlinuz: &Path, initrd: &Path, timeout: Duration, prefix: &str) -> Result<Vec<String>> {
-    let (program, machine, console) = qemu(arch);
+/// One boot: what and how.
+#[derive(Clone, Copy)]
+pub struct Boot<'a> {
+    /// The guest's architecture.
+    pub arch: Arch,
+    /// The accelerator.
+    pub accel: Accel,
+    /// The kernel image.
+    pub vmlinuz: &'a Path,
+    /// The initramfs.
+    pub initrd: &'a Path,
+    /// More of the kernel's command line.
+    pub append: &'a str,
+    /// Killed after this long.
+    pub timeout: Duration,
+    /// Each console line is echoed with this in front...
+    pub prefix: &'a str,
+    /// ...unless quiet.
+    pub quiet: bool,
+}
+
+/// How QEMU runs a guest: KVM where the host can run this kernel under it
+/// (see [`super::accel`]), TCG elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// `-accel kvm` with this `-cpu` model.
+    Kvm(&'static str),
+    /// `-accel tcg,thread=single`: one host thread for all vCPUs.
+    Tcg,
+}
+
+impl Accel {
+    /// QEMU's arguments for it, the machine's CPU model included.
+    fn args(self, arch: Arch) -> Vec<&'static str> {
+        let (_, machine, _) = qemu(arch);
+        match self {
+            Accel::Kvm(cpu) => {
+                let mut a = vec!["-accel", "kvm"];
+                // The machine options but the CPU model, which KVM's replaces.
+                let mut m = machine.iter();
+                while let Some(o) = m.next() {
+                    if *o == "-cpu" {
+                        m.next();
+                    } else {
+                        a.push(o);
+                    }
+                }
+                a.extend(["-cpu", cpu]);
+                a
+            }
+            Accel::Tcg => [&["-accel", "tcg,thread=single"][..], machine].concat(),
+        }
+    }
+
+    /// `KVM (-cpu host)` or `TCG`.
+    pub fn name(self) -> String {
+        match self {
+            Accel::Kvm(cpu) => format!("KVM (-cpu {cpu})"),
+            Accel::Tcg => "TCG".into(),
+        }
+    }
+}
+
+/// Lines the guest's `/init` prints when it starts its payload.
+pub const BEGIN_MARK: &str = "LOCKPROF-VM-BEGIN";
+
+/// A guest's console and how long each part of its life took.
+pub struct Console {
+    /// The console's lines.
+    pub lines: Vec<String>,
+    /// QEMU started to `/init` running ([`BEGIN_MARK`]); the whole run when it never did.
+    pub boot: Duration,
+    /// `/init` running to the payload's last line (`LOCKPROF-VM-EXIT=`).
+    pub payload: Duration,
+    /// From there to QEMU's exit (poweroff).
+    pub teardown: Duration,
+    /// The last lines QEMU wrote to its stderr (why KVM stopped a guest).
+    pub stderr: Vec<String>,
+    /// Killed: past its time, or by `fatal_stderr`.
+    pub killed: Option<String>,
+}
+
+/// Boots `vmlinuz` with `initrd` under QEMU (4 vCPUs) with `accel`, and
+/// returns the console, each line also echoed with `prefix` (unless
+/// `quiet`). Killed after `timeout`, or as soon as QEMU's stderr says KVM
+/// stopped the guest (an emulation failure leaves QEMU paused, not gone).
+pub fn boot(b: &Boot<'_>) -> Result<Console> {
+    let Boot { arch, accel, vmlinuz, initrd, append, timeout, prefix, quiet } = *b;
+    let (program, _, console) = qemu(arch);
+    let started = Instant::now();
     let mut child = Command::new(program)
-        .args(["-accel", "tcg,thread=single", "-m", "2G", "-smp", "4"])
-        .args(machine)
+        .args(accel.args(arch))
+        .args(["-m", "2G", "-smp", "4"])
         .args(["-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-kernel"])
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
         .arg("-append")
-        .arg(format!("console={console} panic=-1 quiet"))
+        .arg(format!("console={console} panic=-1 quiet {append}"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {program}"))?;
     let stdout = child.stdout.take().context("qemu stdout")?;
+    let stderr = child.stderr.take().context("qemu stderr")?;
     let done = Arc::new(AtomicBool::new(false));
+    let killed: Arc<Mutex<Option<String>>> = Arc::default();
     let pid = child.id() as i32;
+    let kill = {
+        let killed = killed.clone();
+        move |why: String| {
+            let mut k = killed.lock().unwrap_or_else(|e| e.into_inner());
+            if k.is_none() {
+                *k = Some(why);
+                // SAFETY: kill(2) on our own child, not yet reaped (the reaper sets `done` after wait).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    };
     {
-        let done = done.clone();
+        let (done, kill) = (done.clone(), kill.clone());
         std::thread::spawn(move || {
-            let start = Instant::now();
             while !done.load(Ordering::Relaxed) {
-                if start.elapsed() > timeout {
-                    eprintln!("xtask: the guest ran past {} s; killing it", timeout.as_secs());
-                    // SAFETY: kill(2) on our own child.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                if started.elapsed() > timeout {
+                    if !quiet {
+                        eprintln!("xtask: the guest ran past {} s; killing it", timeout.as_secs());
+                    }
+                    kill(format!("ran past {} s", timeout.as_secs()));
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(100));
             }
         });
     }
+    let errs = {
+        let (kill, prefix) = (kill.clone(), prefix.to_string());
+        std::thread::spawn(move || {
+            let mut tail = Vec::new();
+            for line in BufReader::new(stderr).lines() {
+                let line = line.unwrap_or_default();
+                if !quiet {
+                    eprintln!("{prefix}{line}");
+                }
+                if FATAL_STDERR.iter().any(|m| line.contains(m)) {
+                    kill(format!("QEMU: {line}"));
+                }
+                tail.push(line);
+                if tail.len() > 20 {
+                    tail.remove(0);
+                }
+            }
+            tail
+        })
+    };
+    let (mut began, mut ended) = (None, None);
     let mut lines = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap_or_default();
-        println!("{prefix}{line}");
+        if !quiet {
+            println!("{prefix}{line}");
+        }
+        if began.is_none() && line.contains(BEGIN_MARK) {
+            began = Some(Instant::now());
+        }
+        if began.is_some() && ended.is_none() && line.trim_start().starts_with(END_MARK) {
+            ended = Some(Instant::now());
+        }
         lines.push(line);
     }
     let _ = child.wait();
     done.store(true, Ordering::Relaxed);
-    Ok(lines)
+    let exited = Instant::now();
+    let began = began.unwrap_or(exited);
+    let ended = ended.unwrap_or(exited);
+    Ok(Console {
+        lines,
+        boot: began - started,
+        payload: ended.saturating_duration_since(began),
+        teardown: exited.saturating_duration_since(ended),
+        stderr: errs.join().unwrap_or_default(),
+        killed: killed.lock().unwrap_or_else(|e| e.into_inner()).take(),
+    })
 }
+
+/// The payload's last line: the test binary's exit status, or a script's `poweroff`.
+const END_MARK: &str = "LOCKPROF-VM-EXIT=";
+
+/// QEMU's words for a guest KVM could not run (it pauses the guest and waits).
+const FATAL_STDERR: [&str; 3] = ["KVM internal error", "emulation failure", "kvm run failed"];

@@ -63,6 +63,14 @@ impl Spec {
         Spec::Meta { label: "6.1 (bookworm)", suite: "bookworm", flavour: "", arch }
     }
 
+    /// The newest kernel of `arch` in the matrix (trixie-backports).
+    pub fn newest(arch: Arch) -> Spec {
+        Spec::MATRIX
+            .into_iter()
+            .find(|s| matches!(s, Spec::Meta { suite: "trixie-backports", flavour: "", .. }) && s.arch() == arch)
+            .unwrap_or_else(|| Spec::default_kernel(arch))
+    }
+
     /// An exact package; errs when its name says it is for another architecture.
     pub fn package(name: &str, arch: Arch) -> Result<Spec> {
         if let Some(other) = ARCHES.iter().find(|a| **a != arch && name.split('-').any(|part| part == a.deb)) {
