@@ -17,6 +17,7 @@ mod ftrace;
 mod futex;
 mod hold_backend;
 mod owner_stacks;
+mod phases;
 mod until;
 mod user_stacks;
 mod yields;
@@ -59,8 +60,13 @@ fn began() -> Instant {
     *BEGAN.get_or_init(Instant::now)
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+/// The one runtime of the binary: the shared sessions of [`phases`] outlive
+/// each `block_on`.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+    })
 }
 
 fn options(backend: BackendChoice) -> SessionOptions {
@@ -72,9 +78,10 @@ fn options(backend: BackendChoice) -> SessionOptions {
 /// How often a recording check looks at the live profiles.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Records `w` with one session per backend of `backends`, driving the
-/// workload until `seen` accepts their live profiles (one a second) or the
-/// check's time is up, and returns the sessions' final profiles.
+/// Records `w` with one session per backend of `backends` (waits only:
+/// neither releases nor yield_to probed), driving the workload until `seen`
+/// accepts their live profiles (one a second) or the check's time is up,
+/// and returns the sessions' final profiles.
 fn record_until(
     backends: &[BackendChoice],
     w: Workload,
@@ -83,7 +90,7 @@ fn record_until(
     runtime().block_on(async {
         let mut sessions = Vec::new();
         for b in backends {
-            sessions.push(Session::start(options(*b)).map_err(|e| e.to_string())?);
+            sessions.push(Session::start(c_storm::waits_only(*b)).map_err(|e| e.to_string())?);
         }
         let live: Vec<_> = sessions.iter_mut().map(|s| s.profiles()).collect();
         let stop = Arc::new(AtomicBool::new(false));
@@ -118,8 +125,9 @@ fn record_until(
 
 /// `check` of `w` recorded with `backend`: on the last recording of that
 /// pair (trials on one workload share it) when it passes there, else on a
-/// new one that drives the workload until `check` passes on its live
-/// profile (or the check's time is up). Says how long that recording ran.
+/// new phase of the backend's shared session ([`phases`]) that drives the
+/// workload until `check` passes on its live profile (or the check's time
+/// is up). Says how long that recording ran.
 fn recorded(backend: BackendChoice, w: Workload, check: impl Fn(&Profile) -> Check) -> Check {
     type Cache = Mutex<HashMap<(&'static str, &'static str), Arc<Profile>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -132,7 +140,7 @@ fn recorded(backend: BackendChoice, w: Workload, check: impl Fn(&Profile) -> Che
     {
         return Ok(said(&p, what));
     }
-    let p = record_until(&[backend], w, &|ps| ps.iter().all(|p| check(p).is_ok()))?.remove(0);
+    let p = phases::record(backend, w, &|p| check(p).is_ok())?;
     let r = check(&p).map(|what| said(&p, what)).map_err(|e| said(&p, e));
     cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::new(p));
     r
@@ -152,8 +160,18 @@ fn seen(name: &str, what: String) {
     }
 }
 
-/// A trial: skipped with `missing` when the kernel lacks something, else `check`.
+/// A trial: skipped with `missing` when the kernel lacks something, else
+/// `check`, after the shared session of the workload checks is closed (the
+/// check attaches its own, or counts what is left attached).
 fn trial(name: String, missing: Option<String>, check: impl FnOnce() -> Check + Send + 'static) -> Trial {
+    shared_trial(name, missing, move || {
+        phases::close()?;
+        check()
+    })
+}
+
+/// A trial of [`recorded`] workload checks, which keep the backend's shared session open.
+fn shared_trial(name: String, missing: Option<String>, check: impl FnOnce() -> Check + Send + 'static) -> Trial {
     let n = name.clone();
     Trial::ignorable_test(name, move || {
         if let Some(why) = missing {
@@ -198,26 +216,26 @@ fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
     let skip = |extra: Option<String>| missing.clone().or(extra);
     let tasklist_in_kallsyms = f.kallsyms.address_of("tasklist_lock").is_some();
     let mut trials = vec![
-        trial(format!("{b}::pipe_mutex"), skip(family(Family::Mutex)), move || {
+        shared_trial(format!("{b}::pipe_mutex"), skip(family(Family::Mutex)), move || {
             recorded(backend, Workload::Pipe, checks::pipe_waits)
         }),
-        trial(format!("{b}::lock_identity"), skip(family(Family::Mutex)), move || {
+        shared_trial(format!("{b}::lock_identity"), skip(family(Family::Mutex)), move || {
             // Only tracing programs (tp_btf, fentry) may call the slab kfunc.
             let kfunc = f.slab_kfunc && matches!(backend, BackendChoice::TpBtf | BackendChoice::Fentry);
             recorded(backend, Workload::Pipe, |p| checks::pipe_identity(p, kfunc))
         }),
-        trial(
+        shared_trial(
             format!("{b}::pipe_mutex_holds"),
             skip(family(Family::Mutex).or(holds_missing(f, "mutex_unlock"))),
             move || recorded(backend, Workload::Pipe, |p| checks::holds(p, checks::pipe_mutex(p)?, p.meta.duration_s)),
         ),
-        trial(format!("{b}::tasklist_lock_fork"), skip(family(Family::Rwlock)), move || {
+        shared_trial(format!("{b}::tasklist_lock_fork"), skip(family(Family::Rwlock)), move || {
             recorded(backend, Workload::Fork, |p| checks::tasklist_fork_waits(p, tasklist_in_kallsyms))
         }),
-        trial(format!("{b}::tasklist_lock_setpgid"), skip(family(Family::Rwlock)), move || {
+        shared_trial(format!("{b}::tasklist_lock_setpgid"), skip(family(Family::Rwlock)), move || {
             recorded(backend, Workload::Pgrp, |p| checks::tasklist_waits(p, tasklist_in_kallsyms))
         }),
-        trial(
+        shared_trial(
             format!("{b}::tasklist_lock_holds"),
             skip(family(Family::Rwlock).or(holds_missing(f, f.rwlock_write_release()))),
             move || {
@@ -226,13 +244,13 @@ fn backend_trials(f: &'static Facts, backend: BackendChoice) -> Vec<Trial> {
                 })
             },
         ),
-        trial(format!("{b}::mmap_lock"), skip(family(Family::Rwsem)), move || {
+        shared_trial(format!("{b}::mmap_lock"), skip(family(Family::Rwsem)), move || {
             recorded(backend, Workload::Mmap, checks::mmap_lock)
         }),
-        trial(format!("{b}::mmap_lock_blame"), skip(family(Family::Rwsem).or(btf_missing(f))), move || {
+        shared_trial(format!("{b}::mmap_lock_blame"), skip(family(Family::Rwsem).or(btf_missing(f))), move || {
             recorded(backend, Workload::Mmap, checks::mmap_blame)
         }),
-        trial(
+        shared_trial(
             format!("{b}::tasklist_lock_blame"),
             skip(family(Family::Rwlock).or(holds_missing(f, f.rwlock_write_release()))),
             move || recorded(backend, Workload::Pgrp, |p| checks::tasklist_blame(p, tasklist_in_kallsyms)),
