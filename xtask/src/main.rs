@@ -188,7 +188,7 @@ fn main() -> Result<()> {
                 arches.iter().map(|a| dist::Arch::named(a)).collect::<Result<Vec<_>>>()?
             };
             let phases = phases::Phases::default();
-            let tarballs = dist::run_dist(&dist::Opts { arches, deb: !no_deb }, &phases)?;
+            let tarballs = dist::run_dist(&dist::Opts { arches, deb: !no_deb, docs_exe: None }, &phases)?;
             if smoke { test::dist_smoke(&tarballs) } else { Ok(()) }
         }
         Cmd::Test { no_lint, no_vm, quick } => test::run_all(&test::Opts { no_lint, no_vm, quick }),

@@ -94,10 +94,12 @@ fn steps(o: &Opts, phases: &Phases) -> Result<()> {
         let fetched = fetching.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the fetching thread panicked")));
         let bins = built?;
         let fetched = fetched?;
-        host_tests(bins, phases)?;
+        host_tests(&bins.tests, phases)?;
         // The release artefacts, made as `cargo xtask dist` makes them: a
         // fresh machine proves it can.
-        let tarballs = dist::run_dist(&dist::Opts { arches: arches.clone(), deb: is_root() && !o.quick }, phases)?;
+        let docs_exe = bins.examples.iter().find(|(n, _)| n == "lockprof-docs").map(|(_, p)| p.clone());
+        let tarballs =
+            dist::run_dist(&dist::Opts { arches: arches.clone(), deb: is_root() && !o.quick, docs_exe }, phases)?;
         if is_root() {
             let x86 =
                 tarballs.iter().find(|(a, _)| *a == X86_64).map(|(_, t)| t.clone()).context("no x86_64 tarball")?;
@@ -118,8 +120,8 @@ fn steps(o: &Opts, phases: &Phases) -> Result<()> {
 }
 
 /// Everything from the network, in one thread: Debian's packages for the
-/// tests, the guests and lintian (one apt run), then (with `guests`) the
-/// Rust targets and every kernel; and cargo-deb, built once.
+/// tests, the guests and lintian (one apt run); cargo-deb (built once) and
+/// rustup's llvm-tools; then (with `guests`) the Rust targets and every kernel.
 fn fetch(o: &Opts, guests: bool, arches: &[Arch], vm_opts: &vm::Opts, phases: &Phases) -> Result<Option<vm::Fetched>> {
     let mut packages = setup::TEST_TOOLS.to_vec();
     if guests {
@@ -131,7 +133,10 @@ fn fetch(o: &Opts, guests: bool, arches: &[Arch], vm_opts: &vm::Opts, phases: &P
     }
     phases.time("set-up: Debian packages", || setup::apt_tools(&packages))?;
     if deb {
-        phases.time("set-up: cargo-deb", dist::cargo_deb)?;
+        // The .debs' binaries are stripped with rustup's llvm-strip.
+        phases.time("set-up: cargo-deb, llvm-tools", || {
+            dist::cargo_deb().and_then(|()| setup::llvm_tool("llvm-strip").map(drop))
+        })?;
     }
     if guests { vm::fetch(vm_opts, phases).map(Some) } else { Ok(None) }
 }
@@ -173,8 +178,16 @@ struct TestBin {
     dir: PathBuf,
 }
 
+/// What a `cargo test --no-run` built.
+struct Built {
+    /// The test executables.
+    tests: Vec<TestBin>,
+    /// The examples (name, executable).
+    examples: Vec<(String, PathBuf)>,
+}
+
 /// Builds the test executables `args` select (`cargo test --no-run`) and lists them.
-fn build_tests(args: &[&str]) -> Result<Vec<TestBin>> {
+fn build_tests(args: &[&str]) -> Result<Built> {
     let out = cargo()
         .args(["test", "--no-run", "--message-format", "json-render-diagnostics"])
         .args(args)
@@ -185,15 +198,23 @@ fn build_tests(args: &[&str]) -> Result<Vec<TestBin>> {
         bail!("building the tests ({}) failed", args.join(" "));
     }
     let mut bins = Vec::new();
+    let mut examples = Vec::new();
     for v in
         String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
     {
-        if v["reason"] != "compiler-artifact" || v["profile"]["test"] != true {
+        if v["reason"] != "compiler-artifact" {
             continue;
         }
         let Some(path) = v["executable"].as_str() else { continue };
         let kind = v["target"]["kind"][0].as_str().unwrap_or_default();
         let target = v["target"]["name"].as_str().unwrap_or_default();
+        if kind == "example" {
+            examples.push((target.to_string(), PathBuf::from(path)));
+            continue;
+        }
+        if v["profile"]["test"] != true {
+            continue;
+        }
         let manifest = v["manifest_path"].as_str().map(PathBuf::from).unwrap_or_default();
         let package = manifest.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned());
         let package = package.unwrap_or_default();
@@ -211,7 +232,7 @@ fn build_tests(args: &[&str]) -> Result<Vec<TestBin>> {
     }
     // Unit tests first: quick, and a broken build of the pure code says so before the kernel tests run.
     bins.sort_by_key(|b| b.root);
-    Ok(bins)
+    Ok(Built { tests: bins, examples })
 }
 
 /// How the root tests run: as root, through passwordless sudo, or (neither)
@@ -260,9 +281,9 @@ fn run_tests(bins: &[TestBin], how: Privilege, phases: &Phases) -> Result<()> {
 /// The test binaries of the debug build, each run on its own; the doc
 /// tests; the `bench` feature's build (the floor-backed count test and
 /// lockprof-bench's unit tests) and its tests.
-fn host_tests(bins: Vec<TestBin>, phases: &Phases) -> Result<()> {
+fn host_tests(bins: &[TestBin], phases: &Phases) -> Result<()> {
     let how = privilege()?;
-    run_tests(&bins, how, phases)?;
+    run_tests(bins, how, phases)?;
     phases.time("tests: doc", || run(cargo().args(["test", "--workspace", "--doc"])))?;
     let bench = phases.time("cargo build: host debug, feature bench (lockprof-bench, live_counts)", || {
         build_tests(&[
@@ -276,7 +297,7 @@ fn host_tests(bins: Vec<TestBin>, phases: &Phases) -> Result<()> {
             "live_counts",
         ])
     })?;
-    run_tests(&bench, how, phases)
+    run_tests(&bench.tests, how, phases)
 }
 
 /// The x86_64 tarball's binary, unpacked and run on this host as shipped.

@@ -61,6 +61,9 @@ pub struct Opts {
     pub arches: Vec<Arch>,
     /// Also the `.deb`s (cargo-deb, lintian).
     pub deb: bool,
+    /// The `lockprof-docs` example already built (by `cargo xtask test`'s
+    /// test build); None: built here.
+    pub docs_exe: Option<PathBuf>,
 }
 
 /// `target/dist`.
@@ -90,22 +93,28 @@ pub fn build(arch: Arch) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// The man pages and completions, from the clap definitions (the
-/// `lockprof-docs` example, built as `cargo test --workspace` builds it: on
-/// the default features, with the workspace's feature set, so after the
-/// tests it is already there).
-fn docs() -> Result<PathBuf> {
+/// The man pages and completions, from the clap definitions: `exe`, the
+/// `lockprof-docs` example, or (None) that example built here.
+fn docs(exe: Option<&Path>) -> Result<PathBuf> {
     let dir = dist_dir().join("docs");
     let _ = std::fs::remove_dir_all(&dir);
-    let built =
-        output(cargo().args(["build", "--workspace", "--example", "lockprof-docs", "--message-format", "json"]))
+    let exe = match exe {
+        Some(e) => e.to_path_buf(),
+        None => {
+            let built = output(
+                cargo()
+                    .args(["build", "--package", "profiler", "--example", "lockprof-docs"])
+                    .args(["--message-format", "json"]),
+            )
             .context("building the lockprof-docs example")?;
-    let exe = built
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "lockprof-docs")
-        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
-        .context("cargo named no lockprof-docs executable")?;
+            built
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "lockprof-docs")
+                .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+                .context("cargo named no lockprof-docs executable")?
+        }
+    };
     run(Command::new(exe).arg(&dir).stdout(std::process::Stdio::null()))
         .context("generating the man pages and completions")?;
     Ok(dir)
@@ -116,7 +125,7 @@ fn docs() -> Result<PathBuf> {
 pub fn tarball(arch: Arch) -> Result<PathBuf> {
     let version = version()?;
     let bin = build(arch)?;
-    let docs = docs()?;
+    let docs = docs(None)?;
     tarball::make(arch, &version, &bin, &docs)
 }
 
@@ -135,7 +144,7 @@ pub fn run_dist(o: &Opts, phases: &Phases) -> Result<Vec<(Arch, PathBuf)>> {
         }
     }
     let version = version()?;
-    let docs = phases.time("dist: man pages and completions", docs)?;
+    let docs = phases.time("dist: man pages and completions", || docs(o.docs_exe.as_deref()))?;
     let mut made = Vec::new();
     let mut debs = Vec::new();
     let mut tarballs = Vec::new();
