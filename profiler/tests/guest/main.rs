@@ -303,8 +303,7 @@ fn yield_run(kind: ProbeKind) -> Result<(Profile, yields::VmmReport, u64), Strin
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("running {vmm}: {e}"))?;
-        // Let the reader pick up the last records before stopping.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // No wait for the reader: finishing detaches first, then drains the ring.
         let profile = session.finish().await.map_err(|e| e.to_string())?;
         let per_thread = tracer.finish()?;
         let stdout = String::from_utf8_lossy(&out.stdout);
