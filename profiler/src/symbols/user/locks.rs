@@ -4,7 +4,11 @@
 //! `static pthread_mutex_t`, a Rust `static`) is named by that symbol,
 //! demangled, plus `+0xoff` when not at its start. Anything else (heap,
 //! stacks, anonymous or shared mappings) gets the class of the mapping it
-//! lives in: `[heap]`, `[stack]`, `[anon]` or the file's basename.
+//! lives in: `[heap]`, `[stack]`, `[anon]`, shared memory as the kernel
+//! names it (`[shm: /dev/zero (deleted)]` for a shared anonymous mapping,
+//! as PostgreSQL's buffers and LWLocks are; `[shm: /SYSV0052e2c1
+//! (deleted)]`, `[shm: /memfd:name (deleted)]`, `[shm: /dev/shm/name]`) or
+//! the file's basename.
 //!
 //! blazesym's symbolizer resolves data symbols (its ELF parser indexes
 //! `STT_OBJECT` as well as `STT_FUNC`), but only from a virtual offset: its
@@ -157,7 +161,8 @@ impl Mapping {
         self.inode != 0 && self.path.starts_with('/')
     }
 
-    /// `[heap]`, `[stack]`, `[anon]`, another kernel name, or the basename.
+    /// `[heap]`, `[stack]`, `[anon]`, another kernel name, shared memory
+    /// (`[shm: <path as the kernel says it>]`), or the basename.
     fn class(&self) -> String {
         if self.path.is_empty() {
             return "[anon]".to_string();
@@ -165,9 +170,22 @@ impl Mapping {
         if !self.is_file() {
             return self.path.clone();
         }
+        if is_shared_memory(&self.path) {
+            return format!("[shm: {}]", self.path);
+        }
         let path = self.path.strip_suffix(" (deleted)").unwrap_or(&self.path);
         path.rsplit('/').next().unwrap_or(path).to_string()
     }
+}
+
+/// Paths the kernel gives shared memory: a shared anonymous mapping
+/// (`/dev/zero (deleted)`), System V segments (`/SYSV<key> (deleted)`),
+/// memfds (`/memfd:<name> (deleted)`) and POSIX shared memory (`/dev/shm/`).
+fn is_shared_memory(path: &str) -> bool {
+    path.starts_with("/dev/zero")
+        || path.starts_with("/SYSV")
+        || path.starts_with("/memfd:")
+        || path.starts_with("/dev/shm/")
 }
 
 fn lookup(images: &mut ImageCache, pid: u32, addr: u64) -> UserLockName {

@@ -154,3 +154,39 @@ fn a_shared_file_mapping_is_named_by_its_basename() {
     fs::remove_file(&path).expect("remove");
     assert_eq!(named, UserLockName { symbol: None, offset: 0, mapping: Some(name) });
 }
+
+#[test]
+fn shared_anonymous_memory_is_named_as_shared_memory() {
+    // What PostgreSQL maps its buffers and LWLocks in: MAP_SHARED | MAP_ANONYMOUS,
+    // which /proc/<pid>/maps lists as `/dev/zero (deleted)`.
+    // SAFETY: a fresh 4096-byte shared anonymous mapping; only its address is
+    // used, and it is unmapped below.
+    let mapped = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(mapped, libc::MAP_FAILED);
+    let named = UserLockNamer::new().name(self_pid(), mapped as u64 + 64).clone();
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(mapped, 4096) };
+    assert_eq!(named.mapping.as_deref(), Some("[shm: /dev/zero (deleted)]"), "{named:?}");
+    assert_eq!(named.label(), "[shm: /dev/zero (deleted)]");
+}
+
+#[test]
+fn every_kind_of_shared_memory_keeps_the_kernels_path() {
+    let class = |line: &str| super::Mapping::parse(line).map(|m| m.class());
+    let at = "7f0000000000-7f0000001000 rw-s 00000000 00:01 1234";
+    assert_eq!(class(&format!("{at} /SYSV0052e2c1 (deleted)")).as_deref(), Some("[shm: /SYSV0052e2c1 (deleted)]"));
+    assert_eq!(class(&format!("{at} /memfd:pool (deleted)")).as_deref(), Some("[shm: /memfd:pool (deleted)]"));
+    assert_eq!(class(&format!("{at} /dev/shm/pg.1")).as_deref(), Some("[shm: /dev/shm/pg.1]"));
+    // A deleted file that is not shared memory (an upgraded binary) keeps its basename.
+    assert_eq!(class(&format!("{at} /usr/lib/postgresql/15/bin/postgres (deleted)")).as_deref(), Some("postgres"));
+    assert_eq!(class("7f0000000000-7f0000001000 rw-p 00000000 00:00 0 ").as_deref(), Some("[anon]"));
+}
