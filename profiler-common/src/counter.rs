@@ -152,6 +152,8 @@ pub mod user {
     /// Distinct user stacks that end early (one frame, or an outermost
     /// frame outside any mapping: code built without frame pointers).
     pub const USER_STACK_TRUNCATED: &str = "user_stack_truncated";
+    /// Distinct user stacks cut where the frame-pointer walk left mapped code.
+    pub const USER_STACK_LEFT_CODE: &str = "user_stack_left_code";
     /// Waits folded into the `[other]` cgroup row.
     pub const CGROUP_KEYS_OVERFLOW: &str = "cgroup_keys_overflow";
     /// Waits still open at stop, measured up to the stop.

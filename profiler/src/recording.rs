@@ -201,6 +201,7 @@ mod tests {
                 "stacks_read",
                 "stacks_stored",
                 "user_stack_failed",
+                "user_stack_left_code",
                 "user_stack_truncated",
                 "user_stacks_evicted",
                 "user_stacks_stored",

@@ -203,6 +203,9 @@ pub struct Bookkeeping {
     /// Distinct user stacks that end early: one frame, or an outermost
     /// frame outside any mapping (code built without frame pointers).
     pub user_stack_truncated: u64,
+    /// Of those, stacks cut where the frame-pointer walk left mapped code
+    /// (the next "frame" lay outside every mapping: a guess, not shown).
+    pub user_stack_left_code: u64,
     /// Waits folded into the `[other cgroups]` row at the cgroup cap
     /// (totals stay exact).
     pub cgroup_keys_overflow: u64,
@@ -223,7 +226,7 @@ pub struct Bookkeeping {
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 32] = [
+    pub const LIST: [Field<Bookkeeping>; 33] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -249,6 +252,7 @@ impl Bookkeeping {
         field!(kernel(counter::STACKS_STORED), stacks_stored),
         field!(kernel(counter::USER_STACKS_STORED), user_stacks_stored),
         field!(user::USER_STACK_TRUNCATED, user_stack_truncated),
+        field!(user::USER_STACK_LEFT_CODE, user_stack_left_code),
         field!(user::CGROUP_KEYS_OVERFLOW, cgroup_keys_overflow),
         field!(kernel(counter::FUTEX_WAITS), futex_waits),
         field!(kernel(counter::FUTEX_REWAITS), futex_rewaits),

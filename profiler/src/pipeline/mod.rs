@@ -12,6 +12,7 @@ pub mod record;
 
 pub use aggregator::{Aggregator, Control, Limits, Msg, Snapshot};
 pub use profile::{
-    CgroupNames, NoCgroupNames, NoUserLockNames, NoUserStacks, ProfileBuilder, UserLockNames, UserStacks, to_profile,
+    CgroupNames, NoCgroupNames, NoUserLockNames, NoUserStacks, ProfileBuilder, UserLockNames, UserStackTally,
+    UserStacks, to_profile,
 };
 pub use record::Record;

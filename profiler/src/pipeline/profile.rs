@@ -52,12 +52,26 @@ pub trait UserStacks: Send {
     fn pin(&mut self, id: StackId);
     /// Forgets the stacks `keep` says no row uses.
     fn retain(&mut self, keep: &dyn Fn(StackId) -> bool);
-    /// (unpinned, evicted, truncated) user stacks so far.
-    fn counters(&self) -> (u64, u64, u64);
+    /// What became of the user stacks so far.
+    fn counters(&self) -> UserStackTally;
     /// User stack `id` with its binaries, if symbolized (`frames` says why not).
     fn stack(&mut self, _id: StackId) -> Option<Arc<UserStack>> {
         None
     }
+}
+
+/// User stacks: how many were unpinned (process gone), evicted (the kernel's
+/// map forgot them), truncated, and cut where the walk left mapped code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserStackTally {
+    /// Process gone before its mappings were read.
+    pub unpinned: u64,
+    /// Forgotten by the kernel's map before read.
+    pub evicted: u64,
+    /// Ending early.
+    pub truncated: u64,
+    /// Cut where the walk left mapped code (of those truncated).
+    pub left_code: u64,
 }
 
 /// No user-stack symbolizer: user frames are shown by their id.
@@ -69,8 +83,8 @@ impl UserStacks for NoUserStacks {
     }
     fn pin(&mut self, _: StackId) {}
     fn retain(&mut self, _: &dyn Fn(StackId) -> bool) {}
-    fn counters(&self) -> (u64, u64, u64) {
-        (0, 0, 0)
+    fn counters(&self) -> UserStackTally {
+        UserStackTally::default()
     }
 }
 
@@ -666,10 +680,11 @@ impl<S: StackSource> ProfileBuilder<S> {
             self.user.retain(&|id| used.contains(&id));
         }
         let cgroups = self.cgroups(snap, &locks);
-        let (unpinned, evicted, truncated) = self.user.counters();
-        meta.drops.losses.user_stacks_unpinned = unpinned;
-        meta.drops.losses.user_stacks_evicted = evicted;
-        meta.drops.bookkeeping.user_stack_truncated = truncated;
+        let user = self.user.counters();
+        meta.drops.losses.user_stacks_unpinned = user.unpinned;
+        meta.drops.losses.user_stacks_evicted = user.evicted;
+        meta.drops.bookkeeping.user_stack_truncated = user.truncated;
+        meta.drops.bookkeeping.user_stack_left_code = user.left_code;
         meta.drops.losses.stacks_evicted = self.resolver.evicted();
         meta.drops.bookkeeping.stacks_read = self.resolver.read();
         Profile { meta, locks, tasks, slowest, yield_to, cgroups, incident: None }

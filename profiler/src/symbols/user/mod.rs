@@ -37,6 +37,9 @@ pub struct UserStackCounters {
     /// Stacks that are truncated (one frame, or the outermost frame outside
     /// any mapped binary), pinned or not.
     pub truncated: u64,
+    /// Of those, stacks cut where the frame-pointer walk left mapped code:
+    /// a frame outside every mapping is a guess, never shown.
+    pub left_code: u64,
     /// Binaries opened and held (each once, however many processes map it).
     pub binaries_opened: u64,
     /// Binaries that could not be opened: their frames stay `module+offset`.

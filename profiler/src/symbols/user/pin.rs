@@ -24,7 +24,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blazesym::normalize::{NormalizeOpts, Normalizer, UserMeta};
+use blazesym::normalize::{NormalizeOpts, Normalizer, Reason, UserMeta};
 use blazesym::symbolize::Sym;
 
 use super::Counters;
@@ -218,25 +218,33 @@ impl Pinner {
             .map(|meta| match meta {
                 UserMeta::Elf(elf) => Meta::Binary(self.binaries.get(pid, &elf.path, counters)),
                 UserMeta::Sym(sym) => Meta::Vdso(vdso_frame(sym)),
+                UserMeta::Unknown(u) if u.reason == Reason::Unmapped => Meta::Nowhere,
                 _ => Meta::Unmapped,
             })
             .collect();
-        let frames: Vec<PinnedFrame> = normalized
-            .outputs
-            .iter()
-            .zip(ips)
-            .map(|(&(file_offset, meta), &addr)| match metas.get(meta) {
+        let mut frames: Vec<PinnedFrame> = Vec::with_capacity(ips.len());
+        let mut left_code = false;
+        for (&(file_offset, meta), &addr) in normalized.outputs.iter().zip(ips) {
+            frames.push(match metas.get(meta) {
                 Some(Meta::Binary(binary)) => PinnedFrame::Binary { addr, file_offset, binary: Arc::clone(binary) },
                 Some(Meta::Vdso(frame)) => {
                     PinnedFrame::Resolved(Box::new(UserFrame { addr, file_offset, ..frame.clone() }))
                 }
-                Some(Meta::Unmapped) | None => PinnedFrame::Unmapped(addr),
-            })
-            .collect();
+                // A return address outside every mapping: the frame-pointer
+                // walk went through code without frame pointers and read a
+                // value that is no address. It and what follows are guesses.
+                Some(Meta::Nowhere) if !frames.is_empty() => {
+                    left_code = true;
+                    break;
+                }
+                Some(Meta::Unmapped | Meta::Nowhere) | None => PinnedFrame::Unmapped(addr),
+            });
+        }
         let outermost_mapped = frames.last().map(|frame| !matches!(frame, PinnedFrame::Unmapped(_)));
-        let truncated = is_truncated(frames.len(), outermost_mapped);
+        let truncated = left_code || is_truncated(frames.len(), outermost_mapped);
         counters.pinned += 1;
         counters.truncated += u64::from(truncated);
+        counters.left_code += u64::from(left_code);
         PinnedStack::new(pid, true, truncated, frames)
     }
 }
@@ -310,7 +318,10 @@ impl Binaries {
 enum Meta {
     Binary(Arc<Binary>),
     Vdso(UserFrame),
+    /// In a mapping that is not a file (anonymous, JIT code, the stack).
     Unmapped,
+    /// In no mapping at all.
+    Nowhere,
 }
 
 fn unpinned(pid: u32, ips: &[u64], counters: &mut Counters) -> PinnedStack {

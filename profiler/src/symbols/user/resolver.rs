@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 use profiler_common::StackId;
 
 use super::{PinnedStack, UserStack, UserSymbolizer};
-use crate::pipeline::UserStacks;
+use crate::pipeline::{UserStackTally, UserStacks};
 
 /// Where user stacks come from: the kernel's map, or a fixture in tests.
 pub trait UserStackSource: Send {
@@ -88,9 +88,9 @@ impl<S: UserStackSource, Y: UserSymbolizer + Send> UserStacks for UserResolver<S
         UserResolver::stack(self, id)
     }
 
-    fn counters(&self) -> (u64, u64, u64) {
+    fn counters(&self) -> UserStackTally {
         let c = self.symbolizer.counters();
-        (c.unpinned, self.evicted, c.truncated)
+        UserStackTally { unpinned: c.unpinned, evicted: self.evicted, truncated: c.truncated, left_code: c.left_code }
     }
 }
 
@@ -135,7 +135,7 @@ mod tests {
         assert_eq!(r.frames(1).len(), 2);
         assert_eq!(r.symbolizer.symbolized, 1, "symbolized once");
         assert_eq!(r.frames(3), [USER_STACK_EVICTED]);
-        assert_eq!(UserStacks::counters(&r).1, 1, "the forgotten stack is counted");
+        assert_eq!(UserStacks::counters(&r).evicted, 1, "the forgotten stack is counted");
         r.retain(&|id| id == 2);
         assert!(r.pinned.is_empty() && r.symbolized.is_empty());
     }

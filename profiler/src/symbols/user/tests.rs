@@ -218,15 +218,25 @@ fn a_missing_process_keeps_raw_ips() {
 }
 
 #[test]
-fn an_unmapped_outermost_ip_is_unknown_and_truncates() {
+fn a_walk_that_leaves_mapped_code_stops_there_and_is_counted() {
     let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
-    // Page zero is never mapped.
-    let pinned = symbolizer.pin(std::process::id(), &[probe_addr(), 0x10]);
+    // Page zero is never mapped: what a frame-pointer walk through code
+    // without frame pointers reads as a "return address" (0x163, 0x1ea).
+    // Neither it nor anything the walk found after it is shown.
+    let pinned = symbolizer.pin(std::process::id(), &[probe_addr(), 0x163, probe_addr()]);
     let stack = symbolizer.symbolize(&pinned);
+    assert_eq!(stack.frames.len(), 1, "{:?}", stack.frames);
     assert!(stack.frames[0].function.is_some(), "{:?}", stack.frames[0]);
-    assert_eq!(stack.frames[1].text(), "[unknown] 0x10");
     assert!(stack.truncated);
-    assert_eq!(symbolizer.counters().truncated, 1);
+    let counters = symbolizer.counters();
+    assert_eq!((counters.truncated, counters.left_code), (1, 1));
+    // The innermost ip is where the thread is, whatever it is mapped to: kept.
+    let pinned = symbolizer.pin(std::process::id(), &[0x10, probe_addr()]);
+    let stack = symbolizer.symbolize(&pinned);
+    let text: Vec<String> = stack.frames.iter().map(UserFrame::text).collect();
+    assert_eq!(text[0], "[unknown] 0x10", "{text:?}");
+    assert_eq!(text.len(), 2, "{text:?}");
+    assert_eq!(symbolizer.counters().left_code, 1);
 }
 
 #[test]
@@ -270,8 +280,9 @@ fn maps_parsing_and_procmap_query_pin_alike() {
         let stack = symbolize::FrameSymbolizer::new().symbolize(&pinned, &mut counters);
         let text: Vec<String> = stack.frames.iter().map(UserFrame::text).collect();
         assert!(text[0].contains("lockprof_usym_probe_target"), "{text:?}");
-        assert_eq!(text[2], "[unknown] 0x10");
-        assert_eq!((counters.pinned, counters.binaries_opened), (1, 1));
+        // The walk left mapped code at 0x10: cut there.
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert_eq!((counters.pinned, counters.binaries_opened, counters.left_code), (1, 1, 1));
         texts.push(text);
     }
     assert!(texts.windows(2).all(|pair| pair[0] == pair[1]), "{texts:?}");
