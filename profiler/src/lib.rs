@@ -17,6 +17,7 @@ pub mod cgroups;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod diff;
 pub mod ebpf;
 pub mod export;
 pub mod incident;
