@@ -2,45 +2,12 @@
 //! metric, and, with at least two rounds per side, Welch's t-test over the
 //! rounds on one metric, Holm-corrected over every row tested, and a verdict.
 
-use profiler_common::{LockMode, LockType};
-
 use super::{
+    row::{Changes, DiffRow, Status, TestMetric, Values, Verdict},
     side::{DiffBy, RowKey, Side, SideRow, avg_per_round},
     summary::SideSummary,
     welch::{holm, mean_var, welch},
 };
-
-/// The metric the p-value and verdict judge.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub enum TestMetric {
-    /// Contentions per second.
-    #[default]
-    Contended,
-    /// Wait time per second.
-    Wait,
-    /// Mean wait.
-    Avg,
-}
-
-impl TestMetric {
-    /// Stable name (CLI and JSON).
-    pub fn name(self) -> &'static str {
-        match self {
-            TestMetric::Contended => "contended_per_s",
-            TestMetric::Wait => "wait_ns_per_s",
-            TestMetric::Avg => "wait_avg_ns",
-        }
-    }
-
-    /// How the text says it.
-    pub fn label(self) -> &'static str {
-        match self {
-            TestMetric::Contended => "contentions/s",
-            TestMetric::Wait => "wait/s",
-            TestMetric::Avg => "mean wait",
-        }
-    }
-}
 
 /// How to compare.
 #[derive(Clone, Debug)]
@@ -74,151 +41,6 @@ impl Default for DiffOptions {
             min_per_round: defaults::MIN_PER_ROUND,
             by: DiffBy::default(),
             top: None,
-        }
-    }
-}
-
-/// Whether a row is on both sides.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// Seen before and after.
-    Both,
-    /// Only after.
-    New,
-    /// Only before.
-    Gone,
-}
-
-impl Status {
-    /// Stable name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Both => "both",
-            Status::New => "new",
-            Status::Gone => "gone",
-        }
-    }
-}
-
-/// What the test says of a row.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Significantly less contention after.
-    Better,
-    /// Significantly more.
-    Worse,
-    /// Tested, not significant: not shown to differ (which is not "unchanged").
-    WithinNoise,
-    /// Not tested: a side has one round.
-    OneRound,
-    /// Not tested: fewer contentions per round than the threshold on both sides.
-    TooFew,
-    /// Not tested: no round-to-round spread on either side to judge against.
-    NoSpread,
-}
-
-impl Verdict {
-    /// Stable name (JSON, CSV, text).
-    pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Better => "better",
-            Verdict::Worse => "worse",
-            Verdict::WithinNoise => "within noise",
-            Verdict::OneRound => "one round",
-            Verdict::TooFew => "too few",
-            Verdict::NoSpread => "no spread",
-        }
-    }
-
-    /// Significant either way.
-    pub fn significant(self) -> bool {
-        matches!(self, Verdict::Better | Verdict::Worse)
-    }
-}
-
-/// One side of a row, summed over its rounds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Values {
-    /// Rounds that saw the row.
-    pub rounds_seen: usize,
-    /// Contentions, all rounds.
-    pub contended: u64,
-    /// Contentions per second, per round (0 where a round did not see it).
-    pub contended_per_s_rounds: Vec<f64>,
-    /// Their mean.
-    pub contended_per_s: f64,
-    /// Wait per second (ns/s), per round.
-    pub wait_ns_per_s_rounds: Vec<f64>,
-    /// Their mean.
-    pub wait_ns_per_s: f64,
-    /// Mean wait over all rounds.
-    pub wait_avg_ns: u64,
-    /// 99th percentile wait over all rounds (the histograms merged).
-    pub wait_p99_ns: u64,
-    /// Mean hold, where releases were seen.
-    pub hold_avg_ns: Option<u64>,
-}
-
-/// Changes, in percent of before (None where before is 0 or a side has no value).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Changes {
-    /// Contentions per second.
-    pub contended_per_s: Option<f64>,
-    /// Wait per second.
-    pub wait_ns_per_s: Option<f64>,
-    /// Mean wait.
-    pub wait_avg_ns: Option<f64>,
-    /// p99 wait.
-    pub wait_p99_ns: Option<f64>,
-    /// Mean hold.
-    pub hold_avg_ns: Option<f64>,
-}
-
-/// One row compared.
-#[derive(Clone, Debug)]
-pub struct DiffRow {
-    /// Identity.
-    pub key: RowKey,
-    /// Lock type.
-    pub lock_type: LockType,
-    /// Mode.
-    pub mode: LockMode,
-    /// On both sides, or one.
-    pub status: Status,
-    /// Before, when seen.
-    pub before: Option<Values>,
-    /// After, when seen.
-    pub after: Option<Values>,
-    /// Changes in percent.
-    pub change: Changes,
-    /// Welch's two-sided p over rounds, when tested.
-    pub p_value: Option<f64>,
-    /// Holm-adjusted, when tested.
-    pub p_holm: Option<f64>,
-    /// The verdict.
-    pub verdict: Verdict,
-}
-
-impl DiffRow {
-    /// The change of `m`, in percent.
-    pub fn change_of(&self, m: TestMetric) -> Option<f64> {
-        match m {
-            TestMetric::Contended => self.change.contended_per_s,
-            TestMetric::Wait => self.change.wait_ns_per_s,
-            TestMetric::Avg => self.change.wait_avg_ns,
-        }
-    }
-
-    /// A short type label like the report's (`rwlock:R`).
-    pub fn type_label(&self) -> String {
-        crate::model::type_label(self.lock_type, self.mode)
-    }
-
-    /// The row's name column: the lock, `<- caller` with `--by caller`.
-    pub fn title(&self) -> String {
-        match &self.key.caller {
-            Some(c) => format!("{} <- {c}", self.key.lock),
-            None => self.key.lock.clone(),
         }
     }
 }
@@ -265,8 +87,8 @@ impl Diff {
             );
         }
         format!(
-            "Welch's t-test (two-sided) on {} per round, {} rounds before and {} after; Holm-corrected over the \
-             {} {} with at least {} contentions per round on one side; significant when the corrected p < {}",
+            "Welch's t-test (two-sided) on the log of {} per round, {} rounds before and {} after; Holm-corrected \
+             over the {} {} with at least {} contentions per round on one side; significant when the corrected p < {}",
             o.metric.label(),
             self.before.rounds(),
             self.after.rounds(),
@@ -322,16 +144,24 @@ fn changes(b: Option<&Values>, a: Option<&Values>) -> Changes {
     }
 }
 
-/// The per-round samples the test compares, or why there is no test.
+/// The per-round samples the test compares, on the log scale: contention
+/// changes by factors (a patch halves it) and a storm's round-to-round
+/// spread grows with its rate, so the logarithm makes the spread of busy and
+/// quiet rows alike and the noise closer to normal. A round that did not see
+/// the row is `ln(pseudo / seconds)`: one contention, or a microsecond of
+/// wait, less than any round that saw it.
 fn samples(
     metric: TestMetric,
     (before, b): (&Side, Option<&SideRow>),
     (after, a): (&Side, Option<&SideRow>),
 ) -> (Vec<f64>, Vec<f64>) {
+    let count = |c: &super::side::Cell| c.wait.count() as f64;
+    let wait = |c: &super::side::Cell| c.wait.total_ns() as f64;
+    let ln_avg = |r| avg_per_round(r).into_iter().map(|v| v.max(1.0).ln()).collect::<Vec<f64>>();
     match metric {
-        TestMetric::Contended => (before.contended_per_s(b), after.contended_per_s(a)),
-        TestMetric::Wait => (before.wait_ns_per_s(b), after.wait_ns_per_s(a)),
-        TestMetric::Avg => (avg_per_round(b), avg_per_round(a)),
+        TestMetric::Contended => (before.log_rate(b, count, 1.0), after.log_rate(a, count, 1.0)),
+        TestMetric::Wait => (before.log_rate(b, wait, 1_000.0), after.log_rate(a, wait, 1_000.0)),
+        TestMetric::Avg => (ln_avg(b), ln_avg(a)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! How numbers of a comparison read: rates, changes, p-values; shared by
 //! the text, Markdown and spread renderers.
 
-use super::compare::{DiffRow, Status};
+use super::row::{DiffRow, Status};
 use crate::report::{fmt_count, fmt_ns};
 
 /// A rate: three significant digits below 1000 (`0.400`, `12.3`, `456`),
@@ -77,7 +77,7 @@ mod tests {
     fn numbers_read_short() {
         assert_eq!(fmt_rate(0.0), "0");
         assert_eq!(fmt_rate(0.4), "0.400");
-        assert_eq!(fmt_rate(3.14159), "3.14");
+        assert_eq!(fmt_rate(4.5678), "4.57");
         assert_eq!(fmt_rate(12.34), "12.3");
         assert_eq!(fmt_rate(456.4), "456");
         assert_eq!(fmt_rate(12_345.0), "12.3k");

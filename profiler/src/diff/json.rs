@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    compare::{Diff, DiffRow, Values},
+    compare::Diff,
+    row::{DiffRow, Values},
     summary::SideSummary,
 };
 use crate::report::csv_field;
@@ -24,6 +25,25 @@ fn side_json(s: &SideSummary) -> Value {
         "failed_rounds": s.failed.iter().map(|(r, st)| json!({"round": r, "status": st})).collect::<Vec<_>>(),
         "lost_rounds": s.losses.iter().map(|(r, l)| json!({"round": r, "counters": l})).collect::<Vec<_>>(),
     })
+}
+
+/// A side's values; a side that did not see the row had no contention in
+/// any of its `rounds`: its rates are 0, its per-wait values null.
+fn side_values(v: Option<&Values>, rounds: usize) -> Value {
+    match v {
+        Some(v) => values_json(v),
+        None => json!({
+            "rounds_seen": 0,
+            "contended": 0,
+            "contended_per_s": 0.0,
+            "contended_per_s_rounds": vec![0.0; rounds],
+            "wait_ns_per_s": 0.0,
+            "wait_ns_per_s_rounds": vec![0.0; rounds],
+            "wait_avg_ns": null,
+            "wait_p99_ns": null,
+            "hold_avg_ns": null,
+        }),
+    }
 }
 
 fn values_json(v: &Values) -> Value {
@@ -48,8 +68,8 @@ fn row_json(d: &Diff, r: &DiffRow) -> Value {
         "mode": r.key.mode,
         "caller": r.key.caller,
         "status": r.status.name(),
-        "before": r.before.as_ref().map(values_json),
-        "after": r.after.as_ref().map(values_json),
+        "before": side_values(r.before.as_ref(), d.before.rounds()),
+        "after": side_values(r.after.as_ref(), d.after.rounds()),
         "change_pct": r.change_of(d.options.metric),
         "changes_pct": {
             "contended_per_s": c.contended_per_s,
@@ -73,8 +93,9 @@ pub fn to_json(d: &Diff) -> Value {
         "by": o.by.name(),
         "test": {
             "name": "welch_t",
-            "description": "Welch's unequal-variances t-test, two-sided, over per-round values",
-            "metric": o.metric.name(),
+            "description": "Welch's unequal-variances t-test, two-sided, on the logarithms of the per-round values",
+            "scale": "log",
+            "metric": o.metric.field(),
             "alpha": o.alpha,
             "correction": "holm",
             "tested": d.tested,
@@ -163,7 +184,7 @@ pub fn render_csv(d: &Diff, sep: char) -> String {
             int(b.and_then(|v| v.hold_avg_ns)),
             int(a.and_then(|v| v.hold_avg_ns)),
             num(c.hold_avg_ns),
-            d.options.metric.name().to_string(),
+            d.options.metric.field().to_string(),
             r.p_value.map_or(String::new(), |p| format!("{p:e}")),
             r.p_holm.map_or(String::new(), |p| format!("{p:e}")),
             csv_field(r.verdict.name(), sep),

@@ -2,7 +2,8 @@
 //! rounds) compared lock by lock, or caller by caller.
 //!
 //! `side` matches rows across recordings (by name, type and mode; callers
-//! by function), `compare` computes before -> after, the changes and, over
+//! by function; `classes` names the unnamed locks alike), `row` is what is said of one row, `compare` computes
+//! before -> after, the changes and, over
 //! rounds, Welch's t-test (`welch`, on `beta`'s special functions) with a
 //! Holm correction and a verdict; `summary` says what each side is and what
 //! the reader must know; `text`, `json` render the comparison (text and
@@ -10,9 +11,11 @@
 //! (`record --rounds N`). Pure functions of profiles: no I/O.
 
 mod beta;
+mod classes;
 mod compare;
 mod format;
 mod json;
+mod row;
 mod side;
 mod spread;
 mod summary;
@@ -21,8 +24,9 @@ mod tests;
 mod text;
 mod welch;
 
-pub use compare::{Changes, Diff, DiffOptions, DiffRow, Status, TestMetric, Values, Verdict, compare, defaults};
-pub use side::{DiffBy, RowKey, Side, SideOptions, caller_key_name, lock_key_name};
+pub use compare::{Diff, DiffOptions, compare, defaults};
+pub use row::{Changes, DiffRow, Status, TestMetric, Values, Verdict};
+pub use side::{DiffBy, RowKey, Side, SideOptions, caller_key_name, lock_key_name, sides};
 pub use spread::{Rounds, Spread};
 pub use summary::SideSummary;
 pub use welch::{Welch, holm, student_t_two_sided, welch};

@@ -7,12 +7,15 @@
 //! both runqueue locks) is summed, as `--group-by name` does. A user-space
 //! lock also keeps its process's name (not its pid). A caller is matched by
 //! its function without offset or compiler suffix (`copy_process`, not
-//! `copy_process.isra.0+0x13bf`): offsets change across kernel builds.
+//! `copy_process.isra.0+0x13bf`): offsets change across kernel builds. A
+//! lock without a name keeps one class name across the recordings compared
+//! even where its top caller changes ([`Classes`]).
 
 use std::collections::BTreeMap;
 
 use profiler_common::{LockMode, LockType};
 
+use super::classes::Classes;
 use crate::{
     model::{LockProfile, Profile, Stats},
     query::lock_matches,
@@ -178,18 +181,34 @@ pub struct SideOptions {
     pub lock: Option<String>,
 }
 
+/// Both sides of a comparison, their unnamed locks named alike ([`Classes`]).
+pub fn sides(before: &[(String, Profile)], after: &[(String, Profile)], o: &SideOptions) -> (Side, Side) {
+    let classes = Classes::of(before.iter().chain(after).map(|(_, p)| p));
+    (Side::with_classes(before, o, &classes, 0), Side::with_classes(after, o, &classes, before.len()))
+}
+
 impl Side {
     /// The side made of `recordings` (file name, profile), one round each.
     pub fn new(recordings: &[(String, Profile)], o: &SideOptions) -> Side {
+        Side::with_classes(recordings, o, &Classes::of(recordings.iter().map(|(_, p)| p)), 0)
+    }
+
+    /// The side made of `recordings`, its unnamed locks named by `classes`
+    /// (where these recordings start at index `first`).
+    fn with_classes(recordings: &[(String, Profile)], o: &SideOptions, classes: &Classes, first: usize) -> Side {
         let n = recordings.len();
         let mut side = Side { rounds: Vec::with_capacity(n), rows: BTreeMap::new() };
         for (round, (file, p)) in recordings.iter().enumerate() {
             side.rounds.push(RoundInfo::of(file, p));
-            for l in &p.locks {
+            for (li, l) in p.locks.iter().enumerate() {
                 if o.lock.as_deref().is_some_and(|f| !lock_matches(l, f)) {
                     continue;
                 }
-                let lock = lock_key_name(l);
+                let lock = match (classes.name(first + round, li), l.pid) {
+                    (Some(class), Some(_)) => format!("{class} in {}", l.process.as_deref().unwrap_or("?")),
+                    (Some(class), None) => class.to_string(),
+                    (None, _) => lock_key_name(l),
+                };
                 let key = |caller| RowKey {
                     lock: lock.clone(),
                     lock_type: crate::model::type_name(l.lock_type),
@@ -244,6 +263,16 @@ impl Side {
     /// Per-round wait per second of `row` (ns/s; 0 where a round did not see it).
     pub fn wait_ns_per_s(&self, row: Option<&SideRow>) -> Vec<f64> {
         self.per_round(row, |c| c.wait.total_ns() as f64)
+    }
+
+    /// Per-round `ln((v + pseudo) / seconds)` of `row` (`v` 0 where a round
+    /// did not see it): the scale the test compares rates on.
+    pub fn log_rate(&self, row: Option<&SideRow>, v: impl Fn(&Cell) -> f64, pseudo: f64) -> Vec<f64> {
+        self.rounds
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((row.and_then(|row| row.cells[i].as_ref()).map_or(0.0, &v) + pseudo) / r.duration_s).ln())
+            .collect()
     }
 
     fn per_round(&self, row: Option<&SideRow>, v: impl Fn(&Cell) -> f64) -> Vec<f64> {

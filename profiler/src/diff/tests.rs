@@ -119,8 +119,8 @@ fn storm(tasklist: &[u64], pipe: &[u64], kernel: &str) -> Vec<(String, Profile)>
 }
 
 fn diff(before: &[(String, Profile)], after: &[(String, Profile)], o: &DiffOptions) -> Diff {
-    let so = SideOptions { by: o.by, lock: None };
-    compare(&Side::new(before, &so), &Side::new(after, &so), o)
+    let (b, a) = sides(before, after, &SideOptions { by: o.by, lock: None });
+    compare(&b, &a, o)
 }
 
 fn row<'d>(d: &'d Diff, lock: &str, mode: &str) -> &'d DiffRow {
@@ -228,7 +228,7 @@ fn every_format_renders_the_same_rows() {
     assert!(lines[0].starts_with("lockprof diff: before: 3 rounds of 2.00 s -> after: 3 rounds of 2.00 s"), "{text}");
     assert!(text.contains("kernel 6.18.44 on both sides"), "{text}");
     assert!(text.contains("before: `lockprof stress fork` [r1.lockprof .. r3.lockprof (3 files)]"), "{text}");
-    assert!(text.contains("Welch's t-test (two-sided) on contentions/s"), "{text}");
+    assert!(text.contains("Welch's t-test (two-sided) on the log of contentions/s per round"), "{text}");
     assert!(text.contains("note: with 3 rounds on a side"), "{text}");
     let table = lines.iter().position(|l| l.trim_start().starts_with("contentions/s")).expect("table header");
     assert!(lines[table].ends_with("lock"), "{}", lines[table]);
@@ -268,7 +268,11 @@ fn every_format_renders_the_same_rows() {
         .as_array()
         .and_then(|l| l.iter().find(|l| l["status"] == "gone" && l["mode"] == "write"))
         .expect("gone");
-    assert!(gone["after"].is_null());
+    assert_eq!(
+        (gone["after"]["contended_per_s"].as_f64(), gone["after"]["rounds_seen"].as_u64()),
+        (Some(0.0), Some(0))
+    );
+    assert!(gone["after"]["wait_avg_ns"].is_null(), "no wait after: no mean");
     assert_eq!(gone["before"]["contended_per_s_rounds"].as_array().map(Vec::len), Some(3));
     assert_eq!(gone["significant"], true);
 }
@@ -338,8 +342,8 @@ impl Rng {
 /// Rounds of one workload on both sides: 30 locks whose per-round counts
 /// vary by 4% to 120% (the spreads BENCHMARKS.md measured), 3 rounds a side,
 /// 2000 comparisons. Holm keeps the chance that a comparison flags any lock
-/// at most alpha (1%), 20 of 2000 (it flags 6: Holm is conservative);
-/// one lock at a time at p < 0.01, uncorrected, flags one comparison in eight.
+/// at most alpha (1%), 20 of 2000 (it flags 4: Holm is conservative);
+/// one lock at a time at p < 0.01, uncorrected, flags one comparison in seven.
 #[test]
 fn rounds_of_one_workload_rarely_flag_anything() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

@@ -4,8 +4,9 @@
 use std::fmt::Write as _;
 
 use super::{
-    compare::{Diff, DiffRow, Values},
+    compare::Diff,
     format::{files, fmt_p, fmt_rate, fmt_wait_rate, pair, rate_change, value_change},
+    row::{DiffRow, Values},
 };
 use crate::report::fmt_ns;
 
