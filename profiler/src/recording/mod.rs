@@ -2,7 +2,12 @@
 //!
 //! A recording is a JSON document `{"format": "lockprof-recording",
 //! "version": 1, "profile": {...}}` holding the symbolized profile with full
-//! histograms, so reports can be re-sorted and re-grouped later.
+//! histograms, so reports can be re-sorted and re-grouped later. `rounds`
+//! names and reads the files of `record --rounds N`.
+
+mod rounds;
+
+pub use rounds::{Loaded, load_set, load_side, round_path};
 
 use std::{
     fs::File,
