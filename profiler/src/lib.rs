@@ -21,6 +21,7 @@ pub mod diff;
 pub mod ebpf;
 pub mod export;
 pub mod incident;
+pub mod launch;
 pub mod model;
 pub mod output_file;
 pub mod pipeline;
