@@ -9,11 +9,17 @@
 //! (and process, for user-space locks), and joined when they share a main
 //! caller (one with at least a tenth of the lock's waits); each group is
 //! named after its busiest caller over all of them.
+//!
+//! A name lockprof inferred from a lock's callers (`css_set_lock`,
+//! `tasklist_lock`) may be missing in a round where too few waits were seen
+//! to infer it: the lock then shows as its class (`spinlock @ cgroup_exit`).
+//! Inferred locks join the groups too, and a group holding one takes its
+//! name (two different inferred names never join).
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::side::caller_key_name;
-use crate::model::{LockProfile, Profile, mode_name, type_name};
+use crate::model::{LockProfile, NameSource, Profile, mode_name, type_name};
 
 /// A caller is a lock's main caller with at least this share of its waits.
 const MAIN_SHARE: f64 = 0.1;
@@ -21,6 +27,11 @@ const MAIN_SHARE: f64 = 0.1;
 /// Whether `l` is known by its class only.
 fn unnamed(l: &LockProfile) -> bool {
     l.display_name() == l.class && l.addr != 0
+}
+
+/// The name lockprof inferred for `l`, if that is how it is named.
+fn inferred(l: &LockProfile) -> Option<&str> {
+    (l.name_source == Some(NameSource::Inferred)).then_some(l.name.as_deref()).flatten()
 }
 
 /// The class's head (`mutex`) and ` in &slab` tail, and what else must
@@ -71,10 +82,13 @@ impl Classes {
             callers: BTreeMap<String, u64>,
         }
         let mut nodes: Vec<Node> = Vec::new();
+        // The inferred name of each component's root, if it has one.
+        let mut named: Vec<Option<String>> = Vec::new();
         for (ri, p) in recordings.into_iter().enumerate() {
-            for (li, l) in p.locks.iter().enumerate().filter(|(_, l)| unnamed(l)) {
+            for (li, l) in p.locks.iter().enumerate().filter(|(_, l)| unnamed(l) || inferred(l).is_some()) {
                 let (head, tail, group) = group_of(l);
                 nodes.push(Node { at: (ri, li), head, tail, group, callers: callers(l) });
+                named.push(inferred(l).map(str::to_string));
             }
         }
         // Keyed by the group and a main caller: the first node seen with it.
@@ -88,7 +102,13 @@ impl Classes {
                 match first.get(&(n.group.as_str(), f.as_str())) {
                     Some(&j) => {
                         let (a, b) = (find(&mut parent, i), find(&mut parent, j));
-                        parent[a] = b;
+                        match (&named[a], &named[b]) {
+                            (Some(x), Some(y)) if x != y => {}
+                            _ => {
+                                named[b] = named[b].take().or_else(|| named[a].take());
+                                parent[a] = b;
+                            }
+                        }
                     }
                     None => {
                         first.insert((n.group.as_str(), f.as_str()), i);
@@ -108,6 +128,10 @@ impl Classes {
         let mut names = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {
             let root = find(&mut parent, i);
+            if let Some(name) = &named[root] {
+                names.insert(n.at, name.clone());
+                continue;
+            }
             let busiest = waits.get(&root).and_then(|w| w.iter().max_by_key(|(f, c)| (**c, std::cmp::Reverse(**f))));
             if let Some((f, _)) = busiest {
                 names.insert(n.at, format!("{} @ {f}{}", n.head, n.tail));
@@ -156,7 +180,41 @@ mod tests {
             [Some("mutex @ anon_pipe_write in &kmalloc-cg-192"); 3],
             "the busiest caller over all rounds"
         );
-        assert_eq!(c.name(0, 0), None, "tasklist_lock has a name of its own");
+        assert_eq!(c.name(0, 0), Some("tasklist_lock"), "an inferred name stays");
+    }
+
+    #[test]
+    fn a_round_that_could_not_infer_the_name_keeps_it() {
+        let lock = |name: Option<&str>, callers: &[(&str, u64)]| {
+            let mut p = fixture::profile();
+            let l = &mut p.locks[1];
+            l.lock_type = profiler_common::LockType::Spinlock;
+            l.class = format!("spinlock @ {}", callers[0].0);
+            l.name = name.map(str::to_string);
+            l.name_source = name.map(|_| NameSource::Inferred);
+            let c: Vec<_> = callers
+                .iter()
+                .map(|(f, n)| {
+                    let mut c = l.callers[0].clone();
+                    c.caller = format!("{f}+0x23");
+                    c.wait = crate::model::Stats::new(1);
+                    c.wait.record_n(3_000, *n);
+                    c
+                })
+                .collect();
+            l.callers = c.into();
+            p
+        };
+        let rounds = [
+            lock(Some("css_set_lock"), &[("cgroup_post_fork", 50), ("cgroup_exit", 40)]),
+            lock(None, &[("cgroup_exit", 9), ("cgroup_post_fork", 2)]),
+            lock(Some("pidmap_lock"), &[("alloc_pid", 30), ("free_pid", 20)]),
+            lock(Some("css_set_lock"), &[("cgroup_post_fork", 10), ("free_pid", 1)]),
+        ];
+        let c = Classes::of(&rounds);
+        assert_eq!(c.name(1, 1), Some("css_set_lock"), "the unnamed round joins the lock it shares callers with");
+        assert_eq!(c.name(2, 1), Some("pidmap_lock"), "another inferred name never joins");
+        assert_eq!(c.name(3, 1), Some("css_set_lock"));
     }
 
     #[test]
