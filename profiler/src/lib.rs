@@ -11,15 +11,19 @@
 //! paths and container names; `query` picks and orders rows for
 //! every face; `report/` and `export/` render profiles; `model/` holds the
 //! profile every face reads; `workload/` generates contention; `incident/`
-//! captures the profile around a trigger.
+//! captures the profile around a trigger; `launch/` runs the command a
+//! recording lasts for (`record -- COMMAND`); `diff/` compares recordings
+//! before and after a change, with a test over rounds.
 
 pub mod cgroups;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod diff;
 pub mod ebpf;
 pub mod export;
 pub mod incident;
+pub mod launch;
 pub mod model;
 pub mod output_file;
 pub mod pipeline;

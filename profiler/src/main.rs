@@ -8,10 +8,14 @@ use lockprof::{
     cli::{Cli, Command, UsageError},
     commands,
     ebpf::LoadError,
+    launch::LaunchError,
     session::SessionError,
 };
 
 fn exit_code(err: &anyhow::Error) -> u8 {
+    if let Some(e) = err.downcast_ref::<LaunchError>() {
+        return e.exit_code();
+    }
     let privileges = |e: &LoadError| matches!(e, LoadError::Privileges(_));
     if err.downcast_ref::<UsageError>().is_some()
         || err.downcast_ref::<LoadError>().is_some_and(privileges)
@@ -62,17 +66,19 @@ fn main() -> ExitCode {
     logger.init();
 
     let result = match &cli.command {
-        Command::Report(a) => commands::report(a),
-        Command::Doctor(a) => commands::doctor(a),
-        Command::Stress(a) => commands::stress(a),
+        Command::Report(a) => commands::report(a).map(|()| 0),
+        Command::Diff(a) => commands::diff(a).map(|()| 0),
+        Command::Doctor(a) => commands::doctor(a).map(|()| 0),
+        Command::Stress(a) => commands::stress(a).map(|()| 0),
         // Builds its runtime itself, once attached and unprivileged.
-        Command::Serve(a) => commands::serve(a),
+        Command::Serve(a) => commands::serve(a).map(|()| 0),
+        // With a command, its exit status.
         Command::Record(a) => runtime().and_then(|rt| rt.block_on(commands::record(a))),
-        Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a))),
-        Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a))),
+        Command::Top(a) => runtime().and_then(|rt| rt.block_on(commands::top(a))).map(|()| 0),
+        Command::Flamegraph(a) => runtime().and_then(|rt| rt.block_on(commands::flamegraph(a))).map(|()| 0),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             lockprof::shutdown::say(&format!("lockprof: {e:#}"));
             ExitCode::from(exit_code(&e))

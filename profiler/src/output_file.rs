@@ -53,29 +53,43 @@ impl OutputFile {
     /// a pipe, or a directory lockprof may not create in) is written in
     /// place. On failure no partial file is left and an earlier file is kept.
     pub fn write(mut self, bytes: &[u8]) -> Result<PathBuf, WriteError> {
+        // From here the file is written or removed: not left to the drop.
+        let created = std::mem::replace(&mut self.created, false);
+        let path = std::mem::take(&mut self.path);
         let regular = self.file.metadata().is_ok_and(|m| m.is_file());
-        let written = match regular.then(|| self.sibling()).flatten() {
-            Some((tmp, file)) => replace(file, &tmp, &self.path, bytes),
+        let written = match regular.then(|| sibling(&path)).flatten() {
+            Some((tmp, file)) => replace(file, &tmp, &path, bytes),
             None => in_place(&mut self.file, bytes),
         };
         match written {
-            Ok(()) => Ok(self.path),
+            Ok(()) => Ok(path),
             Err(source) => {
-                if self.created && regular {
-                    let _ = std::fs::remove_file(&self.path);
+                if created && regular {
+                    let _ = std::fs::remove_file(&path);
                 }
-                Err(WriteError { path: self.path, source })
+                Err(WriteError { path, source })
             }
         }
     }
+}
 
-    /// A new file next to the target, to be renamed over it.
-    fn sibling(&self) -> Option<(PathBuf, File)> {
-        let name = self.path.file_name()?.to_string_lossy();
-        let tmp = self.path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        let file = OpenOptions::new().write(true).create_new(true).open(&tmp).ok()?;
-        Some((tmp, file))
+impl Drop for OutputFile {
+    /// Never written (the recording failed or was abandoned): a file
+    /// [`OutputFile::open`] created is removed again, so no empty file is
+    /// left behind; an earlier file at the path is kept as it was.
+    fn drop(&mut self) {
+        if self.created && self.file.metadata().is_ok_and(|m| m.is_file() && m.len() == 0) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
+}
+
+/// A new file next to `path`, to be renamed over it.
+fn sibling(path: &Path) -> Option<(PathBuf, File)> {
+    let name = path.file_name()?.to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let file = OpenOptions::new().write(true).create_new(true).open(&tmp).ok()?;
+    Some((tmp, file))
 }
 
 fn replace(mut file: File, tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -114,6 +128,18 @@ mod tests {
         let prefix = format!(".{}", path.file_name().expect("a name").to_string_lossy());
         let left = std::fs::read_dir(dir).expect("list").filter_map(Result::ok);
         assert!(!left.into_iter().any(|e| e.file_name().to_string_lossy().starts_with(&prefix)));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_file_opened_but_never_written_is_removed_again() {
+        let path = tmp("abandoned");
+        let _ = std::fs::remove_file(&path);
+        drop(OutputFile::open(&path).expect("open"));
+        assert!(!path.exists(), "an empty file was left behind");
+        std::fs::write(&path, "earlier").expect("write");
+        drop(OutputFile::open(&path).expect("open"));
+        assert_eq!(std::fs::read_to_string(&path).expect("kept"), "earlier");
         let _ = std::fs::remove_file(&path);
     }
 

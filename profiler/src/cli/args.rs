@@ -1,12 +1,13 @@
 //! clap definitions. Subcommand and option names are stable.
 
-use std::path::PathBuf;
+use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 use profiler_common::LockType;
 
 use super::values;
 use crate::{
+    diff::{DiffBy, DiffFormat, TestMetric, defaults as diff_defaults},
     ebpf::BackendChoice,
     export::Metric,
     incident::{options::defaults as incident_defaults, trigger::Trigger},
@@ -44,6 +45,9 @@ pub enum Command {
     Top(TopArgs),
     /// Flamegraph (SVG via inferno) and folded stacks of a recording, a live run, or a before/after pair.
     Flamegraph(FlamegraphArgs),
+    /// Compare recordings before and after a change, lock by lock: the changes, and with rounds a p-value and a
+    /// verdict.
+    Diff(DiffArgs),
     /// Show what this kernel supports, trying each backend for real.
     Doctor(DoctorArgs),
     /// Generate lock contention (pipe, fork, unlink, prio, mmap, pgrp, futex, futex-pi, condvar) for demos, tests
@@ -215,11 +219,29 @@ pub struct IncidentArgs {
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// Stop after this many seconds (default: run until Ctrl-C or SIGTERM).
-    #[arg(long, short, value_name = "SECS", value_parser = values::seconds)]
+    #[arg(long, short, value_name = "SECS", value_parser = values::seconds, conflicts_with = "command")]
     pub duration: Option<f64>,
-    /// Save the recording here (read it back with `lockprof report --input`).
+    /// Save the recording here (read it back with `lockprof report --input`). With --rounds, round K goes to
+    /// this name with .rK before its extension (before.lockprof: before.r1.lockprof, before.r2.lockprof, ...).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Record this many rounds, one recording each: the command run N times, or --duration N times, one after
+    /// the other. The report is then the rounds' spread per lock; `lockprof diff` compares two sets of rounds.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// With a command: record only its processes and the ones they start (a cgroup made for it under the cgroup
+    /// v2 mount; where none can be made, only the command's own process, which is said).
+    #[arg(long, requires = "command", conflicts_with_all = ["pid", "cgroup"])]
+    pub only_command: bool,
+    /// With a command, under sudo: run it as root (by default it runs as the user who ran sudo, from SUDO_UID
+    /// and SUDO_GID, with that user's groups, HOME, USER and LOGNAME).
+    #[arg(long, requires = "command")]
+    pub keep_root: bool,
+    /// Profile for this command's lifetime (after `--`): attached before it starts, stopped when it exits;
+    /// lockprof exits with its status (128 + N when signal N killed it; 127 when it cannot be found, 126 when it
+    /// cannot be run). SIGINT, SIGTERM and SIGHUP are passed on to it (Ctrl-C on a terminal reaches it already).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
     /// What to trace and how.
     #[command(flatten)]
     pub session: SessionArgs,
@@ -271,9 +293,17 @@ pub struct FlamegraphArgs {
     /// Record the live kernel for this many seconds (needs root).
     #[arg(long, short, value_name = "SECS", conflicts_with = "diff", value_parser = values::seconds)]
     pub duration: Option<f64>,
-    /// Differential flamegraph of two recordings (widths from AFTER; red grew, blue shrank).
+    /// Differential flamegraph of two recordings (widths from AFTER; red grew, blue shrank). A name that is no
+    /// file but the base of a set of rounds (record --rounds N --output NAME) takes all its rounds.
     #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"])]
     pub diff: Option<Vec<PathBuf>>,
+    /// Differential flamegraph: the recordings before the change (rounds, merged: widths are the mean per round).
+    #[arg(long, num_args = 1.., value_name = "REC", conflicts_with_all = ["input", "duration", "diff"],
+          requires = "after")]
+    pub before: Vec<PathBuf>,
+    /// Differential flamegraph: the recordings after the change (rounds, merged: widths are the mean per round).
+    #[arg(long, num_args = 1.., value_name = "REC", requires = "before")]
+    pub after: Vec<PathBuf>,
     /// Frame width: wait time, hold time, contention count, wait caused by each owner (blame: the owner's
     /// acquire stack), or yield_to latency (KVM directed yield by caller).
     #[arg(long, value_enum, default_value_t = Metric::Wait)]
@@ -299,6 +329,50 @@ pub struct FlamegraphArgs {
     /// What to trace and how with --duration (--type also selects the locks drawn from a recording).
     #[command(flatten)]
     pub session: SessionArgs,
+}
+
+/// `lockprof diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The short form of --before OLD --after NEW.
+    #[arg(value_names = ["OLD", "NEW"], num_args = 0..=2, conflicts_with_all = ["before", "after"])]
+    pub pair: Vec<PathBuf>,
+    /// Recordings before the change, one per round. A name that is no file but the base of a set of rounds
+    /// (record --rounds N --output NAME) takes all its rounds.
+    #[arg(long, num_args = 1.., value_name = "REC", requires = "after")]
+    pub before: Vec<PathBuf>,
+    /// Recordings after the change, one per round (as --before).
+    #[arg(long, num_args = 1.., value_name = "REC", requires = "before")]
+    pub after: Vec<PathBuf>,
+    /// Rows: one per lock (name, type, mode), or per (lock, calling function).
+    #[arg(long, value_enum, default_value_t = DiffBy::Lock)]
+    pub by: DiffBy,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+    pub format: DiffFormat,
+    /// What the p-value and the verdict judge, per round: contentions per second, wait time per second, or the
+    /// mean wait.
+    #[arg(long, value_enum, default_value_t = TestMetric::Contended)]
+    pub metric: TestMetric,
+    /// Significance threshold, on Holm-corrected p-values.
+    #[arg(long, value_name = "P", default_value_t = diff_defaults::ALPHA, value_parser = values::alpha)]
+    pub alpha: f64,
+    /// Rows are tested only with at least this many contentions per round, on average, on one side (fewer
+    /// say "too few"): rare locks add tests, and so chances of a false verdict, without the data to judge.
+    #[arg(long, value_name = "N", default_value_t = diff_defaults::MIN_PER_ROUND, value_parser = values::count)]
+    pub min_per_round: f64,
+    /// Show only the first N rows (significant ones first, then the largest changes).
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Only this lock: name (tasklist_lock, mmap_lock), class, member (task_struct.pi_lock), or slab cache.
+    #[arg(long = "lock", short = 'L', value_name = "NAME")]
+    pub lock: Option<String>,
+    /// CSV field separator.
+    #[arg(long, value_name = "C", default_value_t = ',')]
+    pub separator: char,
+    /// Write the comparison here instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// `lockprof serve`.

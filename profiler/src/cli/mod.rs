@@ -6,8 +6,8 @@ pub mod docs;
 pub mod values;
 
 pub use args::{
-    Cli, Command, DoctorArgs, FlamegraphArgs, IncidentArgs, RecordArgs, ReportArgs, ServeArgs, SessionArgs, StressArgs,
-    TopArgs, VERSION, ViewArgs,
+    Cli, Command, DiffArgs, DoctorArgs, FlamegraphArgs, IncidentArgs, RecordArgs, ReportArgs, ServeArgs, SessionArgs,
+    StressArgs, TopArgs, VERSION, ViewArgs,
 };
 
 use profiler_common::{OWNER_STACKS, OWNERS_ON};

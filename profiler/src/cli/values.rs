@@ -6,6 +6,7 @@ use clap::{ValueEnum, builder::PossibleValue};
 use profiler_common::LockType;
 
 use crate::{
+    diff::{DiffBy, DiffFormat, TestMetric},
     ebpf::BackendChoice,
     export::Metric,
     model::{parse_type, type_name},
@@ -81,6 +82,24 @@ value_enum!(Metric {
     Metric::Count => "number of contentions",
     Metric::Blame => "blame: the wait each lock owner caused (ns), by the owner's stack",
     Metric::Yield => "KVM directed yield: yield_to latency (ns) by caller",
+});
+
+value_enum!(DiffBy {
+    DiffBy::Lock => "one row per lock (name, type, mode)",
+    DiffBy::Caller => "one row per (lock, calling function)",
+});
+
+value_enum!(DiffFormat {
+    DiffFormat::Text => "a table for the terminal",
+    DiffFormat::Json => "the lockprof-diff/1 JSON document (README)",
+    DiffFormat::Csv => "one row per lock or caller, header first",
+    DiffFormat::Markdown => "a Markdown table to paste into a mail",
+});
+
+value_enum!(TestMetric {
+    TestMetric::Contended => "contentions per second",
+    TestMetric::Wait => "wait time per second",
+    TestMetric::Avg => "mean wait",
 });
 
 value_enum!(Workload {
@@ -181,6 +200,22 @@ fn span(s: &str, max_s: f64, expected: &'static str) -> Result<std::time::Durati
     }
 }
 
+/// A significance threshold: above 0, below 1.
+pub fn alpha(s: &str) -> Result<f64, ValueError> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(invalid("a probability between 0 and 1, such as 0.01", s)),
+    }
+}
+
+/// A count that may be 0: finite, not negative.
+pub fn count(s: &str) -> Result<f64, ValueError> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(invalid("a number, 0 or more", s)),
+    }
+}
+
 /// Profile kept before a trigger fires: up to an hour.
 pub fn before(s: &str) -> Result<std::time::Duration, ValueError> {
     span(s, 3600.0, "a duration up to 3600 s, such as 30s, 500ms, 2m or 45 (seconds)")
@@ -210,6 +245,9 @@ mod tests {
         check::<SortKey>();
         check::<Metric>();
         check::<Workload>();
+        check::<DiffBy>();
+        check::<DiffFormat>();
+        check::<TestMetric>();
         assert_eq!(BackendChoice::value_variants().len(), BackendChoice::ALL.len());
         assert_eq!(Workload::value_variants().len(), Workload::ALL.len());
     }
@@ -241,6 +279,10 @@ mod tests {
             assert!(before(bad).is_err(), "{bad}");
         }
         assert!(after("601s").is_err_and(|e| e.to_string().contains("up to 600 s")));
+        assert_eq!(alpha("0.05"), Ok(0.05));
+        assert!(alpha("0").is_err() && alpha("1").is_err() && alpha("x").is_err());
+        assert_eq!(count("0"), Ok(0.0));
+        assert!(count("-1").is_err() && count("inf").is_err());
         assert!(lock_type("semaphore").is_err_and(|e| e.to_string().contains("known types: unknown, spinlock")));
     }
 }

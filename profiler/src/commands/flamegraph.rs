@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::UsageError;
 use crate::{
     cli::FlamegraphArgs,
-    export::{FoldOptions, SvgOptions, diff_svg, folded_lines, svg},
+    export::{FoldOptions, SvgOptions, diff_svg, folded_lines, mean_per_round, svg},
     model::Profile,
     query::Query,
     recording,
@@ -35,6 +35,25 @@ fn subtitle(p: &Profile) -> String {
     )
 }
 
+/// A side's subtitle: its recording's, or how many rounds were merged.
+fn side_subtitle(side: &[(String, Profile)]) -> String {
+    match side {
+        [(_, p)] => subtitle(p),
+        _ => {
+            let secs: f64 = side.iter().map(|(_, p)| p.meta.duration_s).sum::<f64>() / side.len().max(1) as f64;
+            let mut kernels: Vec<&str> = side.iter().map(|(_, p)| p.meta.kernel.as_str()).collect();
+            kernels.dedup();
+            format!("{} rounds of {secs:.1} s, the mean per round (kernel {})", side.len(), kernels.join(", "))
+        }
+    }
+}
+
+/// A side's folded lines: its rounds' mean per round.
+fn side_lines(side: &[(String, Profile)], fold: &FoldOptions) -> anyhow::Result<Vec<String>> {
+    let rounds = side.iter().map(|(_, p)| folded_lines(p, fold)).collect::<Result<Vec<_>, _>>()?;
+    Ok(mean_per_round(&rounds))
+}
+
 /// Draws the flamegraph(s).
 pub async fn flamegraph(args: &FlamegraphArgs) -> anyhow::Result<()> {
     let live_only = args.session.live_only_changes();
@@ -50,19 +69,19 @@ pub async fn flamegraph(args: &FlamegraphArgs) -> anyhow::Result<()> {
         offsets: args.offsets,
         query: Query { lock: args.lock.clone(), types: args.session.types.clone(), ..Query::default() },
     };
+    let differential = args.diff.is_some() || !args.before.is_empty();
     let out = match (&args.output, &args.folded) {
-        (None, None) => Some(PathBuf::from(if args.diff.is_some() { "lockprof-diff.svg" } else { "lockprof.svg" })),
+        (None, None) => Some(PathBuf::from(if differential { "lockprof-diff.svg" } else { "lockprof.svg" })),
         (o, _) => o.clone(),
     };
     let mut svg_opts = SvgOptions { metric: args.metric, ..Default::default() };
 
-    if let Some(pair) = &args.diff {
-        let (before, after) = match pair.as_slice() {
-            [b, a] => (load(b)?, load(a)?),
-            _ => return Err(UsageError("--diff takes two recordings: BEFORE AFTER".into()).into()),
-        };
-        let (b, a) = (folded_lines(&before, &fold)?, folded_lines(&after, &fold)?);
-        svg_opts.subtitle = Some(format!("before: {}; after: {}", subtitle(&before), subtitle(&after)));
+    if differential {
+        let (before, after) =
+            super::diff::side_paths(args.diff.as_deref().unwrap_or_default(), &args.before, &args.after)?;
+        let (before, after) = (super::diff::load_side("before", &before)?, super::diff::load_side("after", &after)?);
+        let (b, a) = (side_lines(&before, &fold)?, side_lines(&after, &fold)?);
+        svg_opts.subtitle = Some(format!("before: {}; after: {}", side_subtitle(&before), side_subtitle(&after)));
         let (svg_bytes, diff_lines) = diff_svg(&b, &a, &svg_opts)?;
         if let Some(p) = &args.folded {
             write(p, (diff_lines.join("\n") + "\n").as_bytes(), "differential folded stacks")?;

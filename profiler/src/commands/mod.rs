@@ -1,5 +1,6 @@
 //! The subcommands, each a function from parsed arguments to an outcome.
 
+mod diff;
 mod doctor;
 mod flamegraph;
 mod record;
@@ -8,6 +9,7 @@ mod serve;
 mod stress;
 mod top;
 
+pub use diff::diff;
 pub use doctor::{doctor, render_doctor};
 pub use flamegraph::flamegraph;
 pub use record::record;

@@ -169,10 +169,43 @@ fn cgroup_lines(p: &Profile, o: &FoldOptions) -> Result<Vec<String>, ExportError
     })
 }
 
+/// Folded lines of several rounds merged into their mean per round: each
+/// stack's weights summed and divided by the number of rounds (rounded; a
+/// stack whose mean rounds to 0 is left out). One round is returned as it is.
+pub fn mean_per_round(rounds: &[Vec<String>]) -> Vec<String> {
+    if let [one] = rounds {
+        return one.clone();
+    }
+    let mut sum: BTreeMap<&str, u128> = BTreeMap::new();
+    for line in rounds.iter().flatten() {
+        if let Some((stack, w)) = line.rsplit_once(' ')
+            && let Ok(w) = w.parse::<u64>()
+        {
+            *sum.entry(stack).or_default() += u128::from(w);
+        }
+    }
+    let n = rounds.len().max(1) as u128;
+    sum.into_iter()
+        .filter_map(|(stack, w)| {
+            let mean = u64::try_from((w + n / 2) / n).unwrap_or(u64::MAX);
+            (mean > 0).then(|| format!("{stack} {mean}"))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::report::fixture;
+
+    #[test]
+    fn rounds_merge_into_their_mean() {
+        let r = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let rounds = [r(&["a;b 10", "a;c 3"]), r(&["a;b 20"]), r(&["a;b 30", "x 1"])];
+        assert_eq!(mean_per_round(&rounds), ["a;b 20", "a;c 1"], "x's mean rounds to 0");
+        assert_eq!(mean_per_round(&rounds[..1]), rounds[0], "one round as it is");
+        assert!(mean_per_round(&[]).is_empty());
+    }
 
     #[test]
     fn golden_wait_lines() {

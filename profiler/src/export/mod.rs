@@ -5,7 +5,7 @@ mod metric;
 mod pprof;
 mod svg;
 
-pub use folded::{FoldOptions, folded_lines};
+pub use folded::{FoldOptions, folded_lines, mean_per_round};
 pub use metric::{Metric, UnknownMetric};
 pub use pprof::{
     PprofHeader, PprofSample, SampleTypes, build_pprof, cgroup_parts, encode_pprof, gzip_pprof, pprof_profile, proto,

@@ -10,6 +10,7 @@ mod key;
 mod kind;
 pub mod placeholders;
 mod profile;
+mod run;
 mod stats;
 mod yields;
 
@@ -22,5 +23,6 @@ pub use profile::{
     CallerProfile, Callers, CgroupLock, CgroupProfile, CgroupShare, Frames, LockProfile, Meta, NameSource, OwnerKind,
     OwnerProfile, Profile, SlowWait, TaskProfile, merge_shares,
 };
+pub use run::{CommandRun, Round, shell_line};
 pub use stats::{DETAIL_SIGFIG, LOCK_SIGFIG, Stats};
 pub use yields::{RqContention, YieldCaller, YieldPair, YieldProfile, YieldStats};

@@ -64,6 +64,12 @@ pub struct Meta {
     pub notes: Vec<String>,
     /// Filters in force while recording, as given on the command line.
     pub filters: Vec<String>,
+    /// The command the recording lasted for (`record -- COMMAND`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<super::CommandRun>,
+    /// Which round of `record --rounds N` this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<super::Round>,
 }
 
 /// One lock instance (address, type, mode) and who waited for it.

@@ -3,7 +3,8 @@
 use super::{By, ReportOptions};
 use crate::model::{Profile, Stats, YieldStats, mode_name, type_name};
 
-fn field(s: &str, sep: char) -> String {
+/// One CSV field, quoted as RFC 4180 when it holds the separator, a quote or a line break.
+pub(crate) fn field(s: &str, sep: char) -> String {
     if s.contains(sep) || s.contains('"') || s.contains('\n') || s.contains('\r') {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

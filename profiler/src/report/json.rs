@@ -232,9 +232,19 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
         "cgroups": cgroups,
         "yield_to": yield_json(p, opts),
     });
-    // Only a recording an incident trigger wrote has this object.
-    if let (Some(i), Some(o)) = (&p.incident, v.as_object_mut()) {
-        o.insert("incident".into(), json!(i));
+    if let Some(o) = v.as_object_mut() {
+        // Only a recording an incident trigger wrote has this object.
+        if let Some(i) = &p.incident {
+            o.insert("incident".into(), json!(i));
+        }
+        // Only a recording made around a command (`record -- COMMAND`), or
+        // one round of several, has these.
+        if let Some(c) = &m.command {
+            o.insert("command".into(), json!(c));
+        }
+        if let Some(r) = &m.round {
+            o.insert("round".into(), json!(r));
+        }
     }
     v
 }

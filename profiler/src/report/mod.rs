@@ -6,6 +6,7 @@ mod json;
 mod text;
 mod units;
 
+pub(crate) use csv::field as csv_field;
 pub use csv::render_csv;
 pub use json::{render_json, to_json};
 pub use text::render_text;
@@ -185,6 +186,8 @@ pub(crate) mod fixture {
                 yield_unavailable: Some("yield_to cannot be probed on this kernel".into()),
                 notes: vec![],
                 filters: vec![],
+                command: None,
+                round: None,
             },
             locks: vec![
                 LockProfile {

@@ -72,6 +72,13 @@ fn header(p: &Profile, out: &mut String) {
         if m.hostname.is_empty() { String::new() } else { format!(", host {}", m.hostname) },
     );
     let _ = writeln!(out, "counters: {}", counters_line(&m.drops));
+    if let Some(c) = &m.command {
+        let only = c.only.as_ref().map_or(String::new(), |o| format!("; only its processes: {o}"));
+        let _ = writeln!(out, "command: {} (pid {}, uid {}): {}{only}", c.line(), c.pid, c.uid, c.status);
+    }
+    if let Some(r) = &m.round {
+        let _ = writeln!(out, "round {} of {}", r.index, r.of);
+    }
     if let Some(i) = &p.incident {
         incident(i, out);
     }

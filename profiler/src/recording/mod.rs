@@ -2,7 +2,12 @@
 //!
 //! A recording is a JSON document `{"format": "lockprof-recording",
 //! "version": 1, "profile": {...}}` holding the symbolized profile with full
-//! histograms, so reports can be re-sorted and re-grouped later.
+//! histograms, so reports can be re-sorted and re-grouped later. `rounds`
+//! names and reads the files of `record --rounds N`.
+
+mod rounds;
+
+pub use rounds::{Loaded, load_set, load_side, round_path};
 
 use std::{
     fs::File,
@@ -154,6 +159,32 @@ mod tests {
             assert_eq!(back.meta, p.meta);
             assert_eq!(back.yield_to.is_some(), p.yield_to.is_some());
         }
+    }
+
+    #[test]
+    fn the_command_and_round_round_trip_and_older_recordings_have_neither() {
+        use crate::model::{CommandRun, Round};
+        let mut p = fixture::profile();
+        let bytes = to_bytes(Path::new("x"), &p).expect("bytes");
+        assert!(!String::from_utf8_lossy(&bytes).contains("\"command\""), "absent fields are not written");
+        assert_eq!(parse(Path::new("x"), &bytes).expect("parse").meta.command, None);
+        p.meta.command = Some(CommandRun {
+            argv: vec!["make".into(), "-j".into(), "8".into()],
+            pid: 42,
+            uid: 1000,
+            status: "exit 2".into(),
+            exit_code: 2,
+            only: Some("cgroup /lockprof-command-42".into()),
+        });
+        p.meta.round = Some(Round { index: 2, of: 5, set: "1700000000-7".into() });
+        let back = parse(Path::new("x"), &to_bytes(Path::new("x"), &p).expect("bytes")).expect("parse");
+        assert_eq!(back.meta, p.meta);
+        let text = render_text(&back, &ReportOptions::default());
+        assert!(text.contains("command: make -j 8 (pid 42, uid 1000): exit 2; only its processes: cgroup"), "{text}");
+        assert!(text.contains("\nround 2 of 5\n"), "{text}");
+        let json: serde_json::Value =
+            serde_json::from_str(&render_json(&back, &ReportOptions::default())).expect("json");
+        assert_eq!((json["command"]["exit_code"].as_u64(), json["round"]["of"].as_u64()), (Some(2), Some(5)));
     }
 
     /// Written by lockprof before its counters were typed (`drops` a plain
