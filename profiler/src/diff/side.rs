@@ -201,14 +201,17 @@ impl Side {
         for (round, (file, p)) in recordings.iter().enumerate() {
             side.rounds.push(RoundInfo::of(file, p));
             for (li, l) in p.locks.iter().enumerate() {
-                if o.lock.as_deref().is_some_and(|f| !lock_matches(l, f)) {
-                    continue;
-                }
                 let lock = match (classes.name(first + round, li), l.pid) {
                     (Some(class), Some(_)) => format!("{class} in {}", l.process.as_deref().unwrap_or("?")),
                     (Some(class), None) => class.to_string(),
                     (None, _) => lock_key_name(l),
                 };
+                // By the name the row is matched by, too: a round whose own
+                // name or class for the lock differs (not inferred there, or
+                // another top caller) is still the lock asked for.
+                if o.lock.as_deref().is_some_and(|f| !lock_matches(l, f) && lock != f) {
+                    continue;
+                }
                 let key = |caller| RowKey {
                     lock: lock.clone(),
                     lock_type: crate::model::type_name(l.lock_type),

@@ -29,6 +29,12 @@ impl CommandCgroup {
     /// processes-only-in-leaves constraint, and lockprof is root).
     pub fn create(fs: &CgroupFs, name: &str) -> Result<CommandCgroup, LaunchError> {
         let dir = fs.root().join(name);
+        // A run killed before it could remove its cgroup leaves it behind,
+        // and a later lockprof may get its pid: an empty leftover goes (a
+        // cgroup with processes cannot be removed, and is not taken over).
+        if dir.is_dir() {
+            let _ = std::fs::remove_dir(&dir);
+        }
         std::fs::create_dir(&dir).map_err(|error| LaunchError::Cgroup { path: dir.clone(), error })?;
         let home = match own_path() {
             Some(p) if fs.whole() => fs.root().join(p.trim_start_matches('/')),

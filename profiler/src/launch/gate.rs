@@ -273,7 +273,7 @@ mod tests {
     use super::*;
 
     fn spec(argv: &[&str]) -> Spec {
-        let program = super::super::resolve(argv[0].as_ref(), Some("/usr/bin:/bin".as_ref())).expect("found");
+        let program = super::super::resolve(argv[0].as_ref(), Some("/usr/bin:/bin".as_ref()), None).expect("found");
         Spec { program, argv: argv.iter().map(OsString::from).collect(), run_as: None, cgroup_procs: None }
     }
 

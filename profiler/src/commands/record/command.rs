@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use crate::{
     cgroups::CgroupFs,
     cli::{RecordArgs, SessionArgs, UsageError},
+    ebpf::{LoadError, check_privileges},
     launch::{self, Caught, CommandCgroup, Ended, Gate, LaunchError, RunAs, Signals, Spec},
     model::{CommandRun, Profile, shell_line},
     session::{Session, SessionOptions},
@@ -47,8 +48,12 @@ impl CommandRounds {
     /// as, and starts taking signals; nothing is attached yet.
     pub(super) fn new(args: &RecordArgs) -> anyhow::Result<CommandRounds> {
         let argv0 = args.command.first().ok_or_else(|| UsageError("no command after --".into()))?;
-        let program = launch::resolve(argv0, std::env::var_os("PATH").as_deref())?;
+        // Missing privileges are said before anything is made or started.
+        if let Some(msg) = check_privileges().missing() {
+            return Err(LoadError::Privileges(msg).into());
+        }
         let run_as = RunAs::from_sudo(args.keep_root)?;
+        let program = launch::resolve(argv0, std::env::var_os("PATH").as_deref(), run_as.as_ref())?;
         let spec = Spec { program, argv: args.command.clone(), run_as, cgroup_procs: None };
         let argv = args.command.iter().map(|a: &OsString| a.to_string_lossy().into_owned()).collect();
         let signals = Signals::catch().context("taking SIGINT, SIGTERM and SIGHUP")?;
@@ -76,6 +81,11 @@ impl CommandRounds {
     /// Records one run of the command: its profile and how it ended; None
     /// when a signal came before it could start (it is then not run).
     pub(super) async fn round(&mut self, round: u32, what: &str) -> anyhow::Result<Option<(Profile, Ended)>> {
+        // A signal during the round before (its finishing) ends the rounds here.
+        if let Some(c) = self.signals.pending() {
+            self.stopped = Some(c);
+            return Ok(None);
+        }
         let cgroup = if self.only { Some(self.cgroup(round)) } else { None };
         let mut spec = self.spec.clone();
         spec.cgroup_procs = cgroup.as_ref().and_then(|c| c.as_ref().ok()).map(CommandCgroup::procs);
@@ -120,11 +130,6 @@ impl CommandRounds {
             return Ok(None);
         }
         let line = shell_line(&self.argv);
-        let whose = only.as_ref().map_or(String::new(), |o| format!("; only its processes: {o}"));
-        say(&format!(
-            "lockprof: recording{what} with the {} backend while `{line}` runs (pid {pid}{whose}); signals are passed on to it",
-            session.backend()
-        ));
         let mut child = match gate.open() {
             Ok(c) => c,
             Err(e) => {
@@ -132,6 +137,11 @@ impl CommandRounds {
                 return Err(e.into());
             }
         };
+        let whose = only.as_ref().map_or(String::new(), |o| format!("; only its processes: {o}"));
+        say(&format!(
+            "lockprof: recording{what} with the {} backend while `{line}` runs (pid {pid}{whose}); signals are passed on to it",
+            session.backend()
+        ));
         let mut exited = launch::exited(pid);
         loop {
             tokio::select! {

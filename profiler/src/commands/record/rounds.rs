@@ -69,30 +69,48 @@ pub(super) async fn record_rounds(args: &RecordArgs) -> anyhow::Result<u8> {
     let set = format!("{}-{}", clock::unix_ms(), std::process::id());
     let mut done: Vec<(String, Profile)> = Vec::new();
     let (mut code, mut unsaved) = (0u8, None);
+    // A round that fails after others were recorded ends the rounds; the
+    // finished ones are still reported, and then the failure is.
+    let mut failed_round: Option<anyhow::Error> = None;
     for k in 1..=n {
         let out = match first.take() {
             Some(f) => Some(f),
             None if k == 1 => None,
-            None => open_output(output_of(output, k, n).as_deref())?,
+            None => match open_output(output_of(output, k, n).as_deref()) {
+                Ok(o) => o,
+                Err(e) => {
+                    failed_round = Some(e.into());
+                    break;
+                }
+            },
         };
         let what = if n > 1 { format!(" round {k} of {n}") } else { String::new() };
-        let (mut profile, stopped) = match &mut runner {
-            Runner::Duration { secs, stop } => {
-                let opts = SessionOptions::try_from(&args.session)?;
-                let (p, _) = record_until(opts, Some(*secs), stop, &what).await?;
-                (p, stop.is_cancelled())
-            }
-            Runner::Command(c) => match c.round(k, &what).await? {
-                Some((p, ended)) => {
+        let recorded = match &mut runner {
+            Runner::Duration { secs, stop } => match SessionOptions::try_from(&args.session) {
+                Ok(opts) => {
+                    record_until(opts, Some(*secs), stop, &what).await.map(|(p, _)| Some((p, stop.is_cancelled())))
+                }
+                Err(e) => Err(e.into()),
+            },
+            Runner::Command(c) => c.round(k, &what).await.map(|r| {
+                r.map(|(p, ended)| {
                     code = ended.code;
                     let failed = ended.code != 0;
                     if failed && k < n {
                         shutdown::say(&format!("lockprof: the command ended with {}: no more rounds", ended.text));
                     }
                     (p, c.stopped() || failed)
-                }
-                None => break,
-            },
+                })
+            }),
+        };
+        let (mut profile, stopped) = match recorded {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(e) if done.is_empty() => return Err(e),
+            Err(e) => {
+                failed_round = Some(e);
+                break;
+            }
         };
         if n > 1 {
             profile.meta.round = Some(Round { index: k, of: n, set: set.clone() });
@@ -144,6 +162,9 @@ pub(super) async fn record_rounds(args: &RecordArgs) -> anyhow::Result<u8> {
         }
     };
     emit(&report, None)?;
+    if let Some(e) = failed_round {
+        return Err(e.context(format!("after {} round(s), reported above", done.len())));
+    }
     match unsaved {
         Some(e) => Err(e.into()),
         None => Ok(code),
