@@ -86,11 +86,27 @@ fn version() -> Result<String> {
 /// Builds the static `lockprof` for `arch` (its eBPF object built for that
 /// architecture by aya-build) and checks it needs no loader.
 pub fn build(arch: Arch) -> Result<PathBuf> {
-    setup::rust_target(arch.triple)?;
-    run(cargo().args(["build", "--release", "--package", "profiler", "--bin", "lockprof", "--target", arch.triple]))?;
-    let bin = workspace_root().join(format!("target/{}/release/lockprof", arch.triple));
-    elf::check_static(&bin, arch)?;
-    Ok(bin)
+    Ok(build_all(&[arch])?.remove(0))
+}
+
+/// [`build`] for each of `arches`, in one cargo run: its jobs fill both
+/// CPUs where one target's build would leave one idle (a crate's serial
+/// front end, a link).
+fn build_all(arches: &[Arch]) -> Result<Vec<PathBuf>> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--release", "--package", "profiler", "--bin", "lockprof"]);
+    for arch in arches {
+        setup::rust_target(arch.triple)?;
+        cmd.args(["--target", arch.triple]);
+    }
+    run(&mut cmd)?;
+    let mut bins = Vec::new();
+    for &arch in arches {
+        let bin = workspace_root().join(format!("target/{}/release/lockprof", arch.triple));
+        elf::check_static(&bin, arch)?;
+        bins.push(bin);
+    }
+    Ok(bins)
 }
 
 /// The man pages and completions, from the clap definitions: `exe`, the
@@ -148,8 +164,9 @@ pub fn run_dist(o: &Opts, phases: &Phases) -> Result<Vec<(Arch, PathBuf)>> {
     let mut made = Vec::new();
     let mut debs = Vec::new();
     let mut tarballs = Vec::new();
-    for &arch in &o.arches {
-        let bin = phases.time(&format!("cargo build: release {}", arch.triple), || build(arch))?;
+    let triples: Vec<&str> = o.arches.iter().map(|a| a.triple).collect();
+    let bins = phases.time(&format!("cargo build: release {}", triples.join(" + ")), || build_all(&o.arches))?;
+    for (&arch, bin) in o.arches.iter().zip(bins) {
         let t = phases.time(&format!("dist: {} tarball", arch.name), || tarball::make(arch, &version, &bin, &docs))?;
         tarballs.push((arch, t.clone()));
         made.push(t);
