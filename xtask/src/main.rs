@@ -7,6 +7,7 @@
 mod bench;
 mod dist;
 mod phases;
+mod readme;
 mod setup;
 mod test;
 mod util;

@@ -104,14 +104,6 @@ fn clock(d: Duration) -> String {
     format!("{}:{:02}", s / 60, s % 60)
 }
 
-/// `readme` with the text between [`BEGIN`] and [`END`] replaced by
-/// `table` (None: the marks are missing).
-pub fn splice(readme: &str, table: &str) -> Option<String> {
-    let (head, rest) = readme.split_once(BEGIN)?;
-    let (_, tail) = rest.split_once(END)?;
-    Some(format!("{head}{BEGIN}\n{table}{END}{tail}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,12 +130,5 @@ mod tests {
         assert!(p.time("clippy", || -> Result<()> { anyhow::bail!("lint") }).is_err());
         let notes: Vec<String> = p.rows().into_iter().map(|r| r.note).collect();
         assert_eq!(notes, ["ok", "FAILED"]);
-    }
-
-    #[test]
-    fn splice_replaces_only_between_the_marks() {
-        let readme = format!("a\n{BEGIN}\nold\n{END}\nb\n");
-        assert_eq!(splice(&readme, "new\n").as_deref(), Some(format!("a\n{BEGIN}\nnew\n{END}\nb\n").as_str()));
-        assert_eq!(splice("no marks", "new"), None);
     }
 }

@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::{
     dist::{self, Arch, X86_64},
     phases::{self, Phases},
-    setup,
+    readme, setup,
     util::{self, cargo, in_ci, is_root, run, workspace_root},
     vm,
 };
@@ -49,16 +49,7 @@ pub fn run_all(o: &Opts) -> Result<()> {
     println!("\n{table}");
     let _ = std::fs::write(workspace_root().join("target/phases.md"), &table);
     if whole {
-        let path = workspace_root().join("README.md");
-        let readme = std::fs::read_to_string(&path).context("reading README.md")?;
-        match phases::splice(&readme, &table) {
-            Some(new) if new != readme => {
-                std::fs::write(&path, new).context("writing README.md")?;
-                eprintln!("xtask: README.md's phase table updated from this run");
-            }
-            Some(_) => {}
-            None => eprintln!("xtask: README.md has no phase-table marks; the table was not written"),
-        }
+        readme::write_section(phases::BEGIN, phases::END, &table, "phase table")?;
     }
     out
 }

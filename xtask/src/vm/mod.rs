@@ -515,17 +515,7 @@ pub fn boot_all(o: &Opts, fetched: Fetched, phases: &Phases) -> Result<()> {
     // part of the kernels: neither is the README's table.
     if o.matrix && o.filter.is_none() && o.arch.is_none() {
         let rows: Vec<(String, &Run)> = outs.iter().map(|o| (o.label.clone(), &o.run)).collect();
-        let kernels = table::render(&rows);
-        let readme_path = workspace_root().join("README.md");
-        let readme = std::fs::read_to_string(&readme_path).context("reading README.md")?;
-        match table::splice(&readme, &kernels) {
-            Some(new) if new != readme => {
-                std::fs::write(&readme_path, new).context("writing README.md")?;
-                eprintln!("xtask: README.md's kernel support table updated from this run");
-            }
-            Some(_) => {}
-            None => eprintln!("xtask: README.md has no kernel-matrix marks; the table was not written"),
-        }
+        crate::readme::write_section(table::BEGIN, table::END, &table::render(&rows), "kernel support table")?;
     }
     // Last, so that a log's tail says why: each failure in the harness's words.
     for out in &outs {

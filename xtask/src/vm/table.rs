@@ -60,13 +60,6 @@ pub fn render(runs: &[(String, &Run)]) -> String {
     s
 }
 
-/// README.md with the table between the marks replaced.
-pub fn splice(readme: &str, table: &str) -> Option<String> {
-    let b = readme.find(BEGIN)?;
-    let e = readme.find(END)?;
-    (b < e).then(|| format!("{}{BEGIN}\n{table}{}", &readme[..b], &readme[e..]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,9 +75,5 @@ test fentry::tasklist_lock_holds ... ignored (inlined)\ntest yield_to::fentry ..
         let t = render(&[("5.10".into(), &run)]);
         let row = t.lines().nth(2).expect("row");
         assert_eq!(row, "| 5.10 | no: no lock tracepoints | - | yes | yes | yes, except: inlined | **FAIL** / yes |");
-        let readme = format!("intro\n{BEGIN}\nold\n{END}\nrest\n");
-        let out = splice(&readme, "new\n").expect("marks");
-        assert_eq!(out, format!("intro\n{BEGIN}\nnew\n{END}\nrest\n"));
-        assert!(splice("no marks", "x").is_none());
     }
 }
