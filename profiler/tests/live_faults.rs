@@ -409,6 +409,17 @@ fn healthz(port: u16) -> bool {
         && answer.lines().next().is_some_and(|l| l.starts_with("HTTP/1.") && l.contains(" 200 "))
 }
 
+/// `cmd` with SIGHUP's default disposition, as started from a terminal.
+fn sighup_default(cmd: &mut Command) -> &mut Command {
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        })
+    }
+}
+
 #[test]
 fn sighup_stops_record_with_its_report_and_serve_ignores_it() {
     const TEST: &str = "sighup_stops_record_with_its_report_and_serve_ignores_it";
@@ -421,7 +432,10 @@ fn sighup_stops_record_with_its_report_and_serve_ignores_it() {
     let rec = dir.join("hup.lockprof");
 
     // record (its terminal closed): stops at once, saves, reports, exit 0.
-    let session = Recorder::attach(lockprof().args(["record", "--duration", "60", "--output"]).arg(&rec));
+    // SIGHUP's default restored for it, whatever this test inherited (CI
+    // started under nohup ignores it, and an ignored SIGHUP stays ignored).
+    let session =
+        Recorder::attach(sighup_default(&mut lockprof()).args(["record", "--duration", "60", "--output"]).arg(&rec));
     let hup = Instant::now();
     session.signal(libc::SIGHUP);
     let (out, stderr) = session.wait();
@@ -451,7 +465,8 @@ fn sighup_stops_record_with_its_report_and_serve_ignores_it() {
     // serve (a daemon): says once that it ignores SIGHUP, keeps serving,
     // stops on SIGTERM counting the SIGHUPs.
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-    let mut serve = Recorder::attach(lockprof().args(["serve", "--listen", &format!("127.0.0.1:{port}")]));
+    let mut serve =
+        Recorder::attach(sighup_default(&mut lockprof()).args(["serve", "--listen", &format!("127.0.0.1:{port}")]));
     serve.signal(libc::SIGHUP);
     serve.stderr_until("serve's answer to SIGHUP", |t| t.contains("SIGHUP ignored:"));
     // /healthz answers 200 once profiles come, within a second or two.
