@@ -53,7 +53,7 @@ pub use state::{
     stack_cache_index, task_key,
 };
 pub use unwind::{
-    PLAN_USES_FP, SIGNATURE_SEED, UNWIND_PLAN_ENTRIES, UNWIND_PLAN_SLOTS, USER_STACK_COPY_BYTES, USER_STACK_COPY_TAIL,
-    USER_STACK_COPY_WORDS, USER_STACKS_FRAME_POINTERS, USER_STACKS_OFF, USER_STACKS_UNWIND, UnwindPlan, UnwindPlanKey,
-    UserRegs, UserRegsLayout, UserStackCopy, signature, signature_start, signature_step,
+    PLAN_USES_FP, ROOT_LR, ROOT_NONE, SIGNATURE_SEED, UNWIND_PLAN_ENTRIES, UNWIND_PLAN_SLOTS, USER_STACK_COPY_BYTES,
+    USER_STACK_COPY_TAIL, USER_STACK_COPY_WORDS, USER_STACKS_FRAME_POINTERS, USER_STACKS_OFF, USER_STACKS_UNWIND,
+    UnwindPlan, UnwindPlanKey, UserRegs, UserRegsLayout, UserStackCopy, signature, signature_start, signature_step,
 };

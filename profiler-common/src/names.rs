@@ -73,8 +73,11 @@ pub mod map {
     pub const USER_STACKS: &str = "USER_STACKS";
     /// Per-CPU buffer a user stack is walked into before it is stored.
     pub const USER_STACK_SCRATCH: &str = "USER_STACK_SCRATCH";
+    /// `--user-stacks` (unwind mode): the stack slot of the first return
+    /// address, per (process, ip) (an LRU hash map userspace writes).
+    pub const UNWIND_ROOTS: &str = "UNWIND_ROOTS";
     /// `--user-stacks` (unwind mode): the stack slots to compare, per
-    /// (process, ip) (an LRU hash map userspace writes).
+    /// (process, ip, first return address) (an LRU hash map userspace writes).
     pub const UNWIND_PLANS: &str = "UNWIND_PLANS";
     /// Per-CPU buffer a user stack is copied into before it is sent.
     pub const USER_STACK_COPY_SCRATCH: &str = "USER_STACK_COPY_SCRATCH";
@@ -113,6 +116,7 @@ pub mod map {
         CGROUP_FILTER,
         USER_STACKS,
         USER_STACK_SCRATCH,
+        UNWIND_ROOTS,
         UNWIND_PLANS,
         USER_STACK_COPY_SCRATCH,
         FUTEX_WAITS,

@@ -23,7 +23,7 @@ pub const USER_STACK_COPY_WORDS: usize = USER_STACK_COPY_BYTES / 8;
 pub const USER_STACK_COPY_TAIL: usize = 64;
 /// Stack slots a plan can name.
 pub const UNWIND_PLAN_SLOTS: usize = 40;
-/// Plans kept (least recently used forgotten).
+/// Plans (and roots) kept (least recently used forgotten).
 pub const UNWIND_PLAN_ENTRIES: u32 = 8192;
 
 /// `Config::user_stacks`: off.
@@ -71,7 +71,7 @@ pub struct UserRegs {
     pub lr: u64,
 }
 
-/// Key of the `UNWIND_PLANS` map.
+/// Key of the `UNWIND_ROOTS` map (with `ra` 0) and of `UNWIND_PLANS`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UnwindPlanKey {
@@ -80,7 +80,17 @@ pub struct UnwindPlanKey {
     pub _pad: u32,
     /// User instruction pointer at the wait.
     pub ip: u64,
+    /// The first return address (read at the ip's root slot, or the link
+    /// register): call paths through different callers of the function
+    /// that waits have plans of their own, so that words only one of them
+    /// depends on do not split the other's signatures.
+    pub ra: u64,
 }
+
+/// `UNWIND_ROOTS` value: the first return address is in the link register.
+pub const ROOT_LR: u32 = u32::MAX;
+/// `UNWIND_ROOTS` value: the stack ends at the ip (no return address).
+pub const ROOT_NONE: u32 = u32::MAX - 1;
 
 /// The stack slots (words from the stack pointer, ascending) whose values
 /// decide how a stack from one ip unwinds.

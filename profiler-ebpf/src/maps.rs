@@ -120,6 +120,12 @@ pub static USER_STACK_SCRATCH: PerCpuArray<StoredUserStack> = PerCpuArray::with_
 #[map]
 pub static UNWIND_PLANS: LruHashMap<UnwindPlanKey, UnwindPlan> = LruHashMap::with_max_entries(UNWIND_PLAN_ENTRIES, 0);
 
+/// `--user-stacks` (unwind mode): per (process, ip), the stack slot of the
+/// first return address (`ROOT_LR`: the link register), written by
+/// userspace; sized to one entry in other modes.
+#[map]
+pub static UNWIND_ROOTS: LruHashMap<UnwindPlanKey, u32> = LruHashMap::with_max_entries(UNWIND_PLAN_ENTRIES, 0);
+
 /// The user stack being copied, per CPU.
 #[map]
 pub static USER_STACK_COPY_SCRATCH: PerCpuArray<UserStackCopy> = PerCpuArray::with_max_entries(1, 0);

@@ -5,22 +5,23 @@
 //! stack's id, its signature, without a copy.
 
 use aya_ebpf::{
+    bindings::BPF_RB_AVAIL_DATA,
     helpers::{
-        bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_probe_read_user_buf,
     },
     programs::tracing::StackIdContext,
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    Config, EVENT_USER_STACK_COPY, StackId, UNWIND_PLAN_SLOTS, USER_STACK_COPY_BYTES, USER_STACK_COPY_TAIL,
-    USER_STACK_COPY_WORDS, USER_STACK_NONE, UnwindPlanKey, UserRegs, UserStackCopy, counter, known, signature_start,
-    signature_step, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
+    Config, EVENT_USER_STACK_COPY, ROOT_LR, ROOT_NONE, StackId, UNWIND_PLAN_SLOTS, USER_STACK_COPY_BYTES,
+    USER_STACK_COPY_TAIL, USER_STACK_COPY_WORDS, USER_STACK_NONE, UnwindPlanKey, UserRegs, UserStackCopy, counter,
+    known, signature_start, signature_step, stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
 };
 
 use crate::{
     context::count,
-    maps::{EVENTS, UNWIND_PLANS, USER_REGS_LAYOUT, USER_STACK_COPY_SCRATCH, USER_STACKS},
+    maps::{EVENTS, UNWIND_PLANS, UNWIND_ROOTS, USER_REGS_LAYOUT, USER_STACK_COPY_SCRATCH, USER_STACKS},
 };
 
 /// Offsets in the kernel's `struct pt_regs` (the user registers saved at
@@ -181,6 +182,24 @@ fn signature(buf: &UserStackCopy, len: usize) -> StackId {
     stack_hash_finish(h, plan.n as u64)
 }
 
+/// The first return address of the stack in `buf` (its plan's key), from
+/// the slot userspace found for its ip; None before userspace knows it.
+#[inline(always)]
+fn first_return(buf: &UserStackCopy) -> Option<u64> {
+    let key = UnwindPlanKey { tgid: buf.tgid, _pad: 0, ip: buf.regs.ip, ra: 0 };
+    // SAFETY: a map value read by value.
+    let root = *unsafe { UNWIND_ROOTS.get(key) }?;
+    match root {
+        ROOT_LR => Some(buf.regs.lr),
+        ROOT_NONE => Some(0),
+        slot => {
+            let at = buf.regs.sp + u64::from(slot) * 8;
+            // SAFETY: the helper checks the user address and fails cleanly.
+            unsafe { bpf_probe_read_user(at as *const u64) }.ok()
+        }
+    }
+}
+
 /// The user stack of the current task in process `tgid` (its address
 /// space's owner): known by its signature, else copied and sent under an id
 /// of its own. A BPF-to-BPF call, so its loops are verified once.
@@ -204,14 +223,14 @@ pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> Stac
     }
     buf.kind = EVENT_USER_STACK_COPY;
     buf.tgid = tgid;
-    let key = UnwindPlanKey { tgid, _pad: 0, ip: buf.regs.ip };
-    match UNWIND_PLANS.get_ptr(key) {
-        // SAFETY: a live map value of the plan's type, copied whole into
-        // this CPU's scratch (no overlap).
-        Some(p) => unsafe { core::ptr::copy_nonoverlapping(p, &mut buf.plan, 1) },
-        None => {
-            buf.plan.n = 0;
-            buf.plan.flags = 0;
+    buf.plan.n = 0;
+    buf.plan.flags = 0;
+    if let Some(ra) = first_return(buf) {
+        let key = UnwindPlanKey { tgid, _pad: 0, ip: buf.regs.ip, ra };
+        if let Some(p) = UNWIND_PLANS.get_ptr(key) {
+            // SAFETY: a live map value of the plan's type, copied whole into
+            // this CPU's scratch (no overlap).
+            unsafe { core::ptr::copy_nonoverlapping(p, &mut buf.plan, 1) };
         }
     }
     buf.signature = 0;
@@ -226,9 +245,20 @@ pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> Stac
             buf.signature = sig;
         }
     }
+    // A copy is 8 KiB: with half the ring buffer waiting, copies would
+    // crowd out the waits themselves.
+    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) > 2 * cfg.wakeup_bytes {
+        if count(counter::USER_STACK_FAILED) {
+            warn!(ctx, "lockprof: user stack copies skipped while the ring buffer is half full");
+        }
+        return stack_error(EBUSY);
+    }
     let len = copy_prefix(buf);
     send(ctx, buf, len)
 }
+
+/// `-EBUSY`: no copy while the ring buffer is half full.
+const EBUSY: u32 = 16;
 
 /// Sends the copy in `buf` (`len` bytes of stack) under an id of its own.
 #[inline(always)]

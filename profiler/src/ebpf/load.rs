@@ -477,6 +477,7 @@ impl Probes {
     /// the plan map (once) and opens the user stack map a second time (call
     /// before [`Self::take_user_stacks`]).
     pub fn take_unwind_sink(&mut self) -> Result<KernelUnwindSink, LoadError> {
+        let roots = HashMap::try_from(self.take(map::UNWIND_ROOTS)?).map_err(map_err(map::UNWIND_ROOTS))?;
         let plans = HashMap::try_from(self.take(map::UNWIND_PLANS)?).map_err(map_err(map::UNWIND_PLANS))?;
         let stacks = self
             .ebpf
@@ -489,7 +490,7 @@ impl Probes {
         .map_err(|e| LoadError::Map { name: map::USER_STACKS, detail: e.to_string() })?;
         let data = MapData::from_fd(fd).map_err(map_err(map::USER_STACKS))?;
         let stacks = HashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(map_err(map::USER_STACKS))?;
-        Ok(KernelUnwindSink { plans, stacks })
+        Ok(KernelUnwindSink { roots, plans, stacks })
     }
 
     /// Takes the counters (once).

@@ -105,6 +105,7 @@ pub(super) fn load_object(
     };
     let trampoline = super::probes::kretprobe_trampoline();
     let user_regs = types.map_or(UserRegsLayout::UNKNOWN, user_regs_layout);
+    let unwind_entries = if opts.config.user_stacks == USER_STACKS_UNWIND { UNWIND_PLAN_ENTRIES } else { 1 };
     let ebpf = EbpfLoader::new()
         .override_global(names::CONFIG, &config, true)
         .override_global(names::KRETPROBE_TRAMPOLINE, &trampoline, true)
@@ -113,10 +114,8 @@ pub(super) fn load_object(
         .map_max_entries(map::STACKS, opts.stack_entries)
         // The user stack map costs ~1 KiB per entry: sized only when used.
         .map_max_entries(map::USER_STACKS, if opts.config.user_stacks != 0 { opts.stack_entries } else { 1 })
-        .map_max_entries(
-            map::UNWIND_PLANS,
-            if opts.config.user_stacks == USER_STACKS_UNWIND { UNWIND_PLAN_ENTRIES } else { 1 },
-        )
+        .map_max_entries(map::UNWIND_ROOTS, unwind_entries)
+        .map_max_entries(map::UNWIND_PLANS, unwind_entries)
         .map_max_entries(map::PENDING, opts.pending_entries)
         .map_max_entries(map::FUTEX_WAITS, if opts.futex { FUTEX_WAIT_ENTRIES } else { 1 })
         .map_max_entries(

@@ -40,11 +40,16 @@ impl UserStackSource for KernelUserStacks {
 /// The maps the user-stack unwinder writes: plans, and signed stacks in
 /// the user stack map (a second handle on it).
 pub struct KernelUnwindSink {
+    pub(crate) roots: HashMap<MapData, UnwindPlanKey, u32>,
     pub(crate) plans: HashMap<MapData, UnwindPlanKey, UnwindPlan>,
     pub(crate) stacks: HashMap<MapData, StackId, StoredUserStack>,
 }
 
 impl UnwindSink for KernelUnwindSink {
+    fn set_root(&mut self, key: UnwindPlanKey, root: u32) -> bool {
+        self.roots.insert(key, root, 0).is_ok()
+    }
+
     fn set_plan(&mut self, key: UnwindPlanKey, plan: &UnwindPlan) -> bool {
         self.plans.insert(key, plan, 0).is_ok()
     }

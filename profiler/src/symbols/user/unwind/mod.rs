@@ -20,7 +20,8 @@ use std::{
 
 use framehop::Module;
 use profiler_common::{
-    MAX_STACK_DEPTH, StackId, StoredUserStack, UNWIND_PLAN_SLOTS, UnwindPlan, UnwindPlanKey, UserStackCopy, signature,
+    MAX_STACK_DEPTH, ROOT_LR, ROOT_NONE, StackId, StoredUserStack, UNWIND_PLAN_SLOTS, UnwindPlan, UnwindPlanKey,
+    UserStackCopy, signature,
 };
 use serde::Serialize;
 
@@ -37,6 +38,9 @@ const MAX_PROCESSES: usize = 512;
 
 /// Where the unwinder writes: the programs' plan map and user stack map.
 pub trait UnwindSink: Send + 'static {
+    /// Sets the root (first return address slot) of `key` (`ra` 0); false
+    /// if the kernel refused.
+    fn set_root(&mut self, key: UnwindPlanKey, root: u32) -> bool;
     /// Sets the plan of `key`; false if the kernel refused.
     fn set_plan(&mut self, key: UnwindPlanKey, plan: &UnwindPlan) -> bool;
     /// Stores a stack under its signature; false if the kernel refused.
@@ -171,6 +175,8 @@ struct Worker<S> {
     binaries: Binaries,
     processes: HashMap<u32, Process>,
     cache: NativeCache,
+    /// The roots given to the programs.
+    roots: HashMap<UnwindPlanKey, u32>,
     /// The plans given to the programs.
     plans: HashMap<UnwindPlanKey, UnwindPlan>,
 }
@@ -184,6 +190,7 @@ impl<S: UnwindSink> Worker<S> {
             binaries: Binaries::default(),
             processes: HashMap::new(),
             cache: NativeCache::new(),
+            roots: HashMap::new(),
             plans: HashMap::new(),
         }
     }
@@ -211,10 +218,18 @@ impl<S: UnwindSink> Worker<S> {
             End::Stuck => &self.stats.no_rule,
         });
         let (slots, flags) = walk::plan(unwinder, &mut self.cache, &c, &w);
+        log::debug!("unwound in {tgid}: {} frames, {:?}; plan {slots:?}, flags {flags}", w.frames.len(), w.end);
         let mut ids = vec![copy.id];
         self.keep(copy.id, tgid, w.frames.clone());
-        let key = UnwindPlanKey { tgid, _pad: 0, ip: c.regs.ip };
-        match self.learn(key, &slots, flags, &copy.plan) {
+        let (root, ra) = root_of(&w, &c);
+        let key = UnwindPlanKey { tgid, _pad: 0, ip: c.regs.ip, ra: 0 };
+        if self.roots.get(&key) != Some(&root) {
+            if !self.sink.set_root(key, root) {
+                bump(&self.stats.map_refused);
+            }
+            self.roots.insert(key, root);
+        }
+        match self.learn(UnwindPlanKey { ra, ..key }, &slots, flags, &copy.plan) {
             Some(plan) => {
                 let word = |s: u16| c.words.get(s as usize).copied().unwrap_or(0);
                 let sig = signature(tgid, &c.regs, &plan, word);
@@ -257,6 +272,20 @@ impl<S: UnwindSink> Worker<S> {
     }
 }
 
+/// The root of unwind `w` of `c` (where its first return address is) and
+/// that address.
+fn root_of(w: &walk::Walk, c: &Copy<'_>) -> (u32, u64) {
+    match (w.frames.get(1), w.ra_slots.first()) {
+        (None, _) => (ROOT_NONE, 0),
+        // Every return address was read from the stack.
+        (Some(ra), Some(slot)) if w.ra_slots.len() + 1 == w.frames.len() => {
+            (u32::from(*slot), c.words.get(usize::from(*slot)).copied().unwrap_or(*ra))
+        }
+        // The first came from the link register.
+        (Some(_), _) => (ROOT_LR, c.regs.lr),
+    }
+}
+
 /// Makes sure `processes` has process `tgid`'s modules, read again when
 /// `ip` is in none of them (code loaded since); false when the process is
 /// gone.
@@ -271,7 +300,8 @@ fn ensure_process(
         return true;
     }
     let before = binaries.unreadable;
-    let Some(modules) = binaries.modules(tgid) else {
+    // An exiting process's maps read empty: gone too.
+    let Some(modules) = binaries.modules(tgid).filter(|m| !m.is_empty()) else {
         return false;
     };
     stats.binaries_unreadable.fetch_add(binaries.unreadable - before, Ordering::Relaxed);

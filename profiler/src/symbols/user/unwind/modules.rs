@@ -26,7 +26,7 @@ pub type Data = Arc<[u8]>;
 pub struct Binary {
     /// Its sections, with addresses as stated in the file.
     pub sections: ExplicitModuleSectionInfo<Data>,
-    /// Loadable segments: (file offset range, stated address).
+    /// Executable loadable segments: (file offset range, stated address).
     segments: Vec<(Range<u64>, u64)>,
 }
 
@@ -51,6 +51,7 @@ impl Binary {
         };
         let segments = file
             .segments()
+            .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
             .map(|s| {
                 let (off, size) = s.file_range();
                 (off..off + size, s.address())
@@ -59,13 +60,21 @@ impl Binary {
         Some(Binary { sections, segments })
     }
 
-    /// The process address of the file's address 0, for a mapping of file
-    /// offset `offset` at process address `start`.
+    /// The process address of the file's address 0, for an executable
+    /// mapping of file offset `offset` at process address `start`. The
+    /// mapping starts at the page holding its segment's first byte, which
+    /// linkers need not put on a page boundary (lld does not).
     pub fn bias(&self, start: u64, offset: u64) -> Option<u64> {
-        let (range, vaddr) = self.segments.iter().find(|(r, _)| r.contains(&offset))?;
-        start.checked_sub(vaddr + (offset - range.start))
+        let (range, vaddr) =
+            self.segments.iter().find(|(r, _)| r.start & !(MAX_PAGE - 1) <= offset && offset < r.end)?;
+        // The segment's first byte is at start + (range.start - offset).
+        start.checked_add(range.start)?.checked_sub(offset)?.checked_sub(*vaddr)
     }
 }
+
+/// The largest page size (arm64's 64 KiB): a mapping starts at most this
+/// far below its segment.
+const MAX_PAGE: u64 = 64 << 10;
 
 /// An executable file mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,6 +186,16 @@ mod tests {
         assert_eq!((m[0].offset, m[0].inode, m[0].dev.as_str()), (0x1000, 1234, "fe:01"));
         assert_eq!(m[1].path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
         assert_eq!(m[2].path, "/memfd:jit (deleted)");
+    }
+
+    #[test]
+    fn a_segment_that_starts_mid_page_is_mapped_from_its_page() {
+        // lld: .text's segment at file offset 0x158a0, stated at 0x168a0,
+        // mapped from file offset 0x15000 at 0x55d0c0015000.
+        let b = Binary { sections: ExplicitModuleSectionInfo::default(), segments: vec![(0x158a0..0x5a000, 0x168a0)] };
+        let base = b.bias(0x55d0_c001_5000, 0x15000).expect("bias");
+        assert_eq!(base + 0x168a0, 0x55d0_c001_58a0, "the segment's first byte where the mapping puts it");
+        assert_eq!(b.bias(0x55d0_c001_5000, 0x5a000), None, "past the segment");
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The unwinder on this very test process: Rust builds it without frame
-//! pointers, so each stack here is unwound from `.eh_frame` alone.
+//! The unwinder on this very test process's own stack, unwound from its
+//! `.eh_frame` (the root tests unwind programs built without frame
+//! pointers: `tests/live_user_stacks.rs`).
 
 use super::*;
-use profiler_common::{PLAN_USES_FP, USER_STACK_COPY_WORDS, UserRegs};
+use profiler_common::{PLAN_USES_FP, ROOT_LR, USER_STACK_COPY_WORDS, UserRegs};
 
 /// The registers and top of the stack at the call site inside this function
 /// (the ip is the instruction after the register reads).
@@ -111,11 +112,16 @@ fn plans_widen_until_they_are_full() {
 
 #[derive(Default)]
 struct Sink {
+    roots: Vec<(UnwindPlanKey, u32)>,
     plans: Vec<(UnwindPlanKey, UnwindPlan)>,
     stacks: Vec<(StackId, StoredUserStack)>,
 }
 
 impl UnwindSink for Arc<Mutex<Sink>> {
+    fn set_root(&mut self, key: UnwindPlanKey, root: u32) -> bool {
+        self.lock().expect("lock").roots.push((key, root));
+        true
+    }
     fn set_plan(&mut self, key: UnwindPlanKey, plan: &UnwindPlan) -> bool {
         self.lock().expect("lock").plans.push((key, *plan));
         true
@@ -155,7 +161,14 @@ fn a_copy_is_kept_under_its_id_and_taught_by_its_signature() {
     let s = sink.lock().expect("lock");
     assert_eq!(s.plans.len(), 1, "a plan for the ip");
     let plan = s.plans[0].1;
-    assert_eq!(s.plans[0].0, UnwindPlanKey { tgid: std::process::id(), _pad: 0, ip: regs.ip });
+    assert_eq!(s.roots.len(), 1, "a root for the ip");
+    let (root_key, root) = s.roots[0];
+    assert_eq!(root_key, UnwindPlanKey { tgid: std::process::id(), _pad: 0, ip: regs.ip, ra: 0 });
+    let ra = match root {
+        ROOT_LR => regs.lr,
+        slot => stack[slot as usize],
+    };
+    assert_eq!(s.plans[0].0, UnwindPlanKey { ra, ..root_key }, "the plan is keyed by the first return address");
     let sig = signature(std::process::id(), &regs, &plan, |i| stack.get(i as usize).copied().unwrap_or(0));
     assert_eq!(ids[1], sig, "the programs compute the same signature");
     assert_eq!(s.stacks.len(), 1);
@@ -169,6 +182,7 @@ fn a_copy_is_kept_under_its_id_and_taught_by_its_signature() {
     let again = w.unwind(&copy_of(regs, &stack, plan, 78));
     assert_eq!(again, vec![78, sig]);
     assert_eq!(sink.lock().expect("lock").plans.len(), 1);
+    assert_eq!(sink.lock().expect("lock").roots.len(), 1);
     // A process that is gone keeps its innermost frame.
     let mut gone = copy_of(regs, &stack, UnwindPlan::EMPTY, 79);
     gone.tgid = u32::MAX - 1;

@@ -145,16 +145,28 @@ pub fn walk(unwinder: &NativeUnwinder, cache: &mut NativeCache, copy: &Copy<'_>)
 const POISON: u64 = 0x5a5a_5a5a_5a5a_5a50;
 
 /// The slots (sorted) and flags whose words decide `w`, an unwind of
-/// `copy`: the return addresses' slots alone, when the unwind reaches the
-/// same frames with every other word it read and the frame pointer
-/// changed; else every slot it read, and the frame pointer.
+/// `copy`: the return addresses' slots, and each other slot read (and the
+/// frame pointer) whose change alone changes the frames; provided the
+/// frames stay the same with all the others changed at once, else every
+/// slot read and the frame pointer.
 pub fn plan(unwinder: &NativeUnwinder, cache: &mut NativeCache, copy: &Copy<'_>, w: &Walk) -> (Vec<u16>, u32) {
-    let ra: HashSet<u16> = w.ra_slots.iter().copied().collect();
-    let poisoned = Copy { regs: UserRegs { fp: copy.regs.fp ^ POISON, ..copy.regs }, words: copy.words };
-    let other =
-        walk_with(unwinder, cache, &poisoned, &|slot, word| if ra.contains(&slot) { word } else { word ^ POISON });
-    let (mut slots, flags) = if other.frames == w.frames && other.end == w.end {
-        (w.ra_slots.clone(), 0)
+    let same = |other: &Walk| other.frames == w.frames && other.end == w.end;
+    let mut keep: HashSet<u16> = w.ra_slots.iter().copied().collect();
+    let others: Vec<u16> = w.reads.iter().map(|(s, _)| *s).filter(|s| !keep.contains(s)).collect();
+    for s in &others {
+        let poisoned = walk_with(unwinder, cache, copy, &|slot, word| if slot == *s { word ^ POISON } else { word });
+        if !same(&poisoned) {
+            keep.insert(*s);
+        }
+    }
+    let fp_regs = Copy { regs: UserRegs { fp: copy.regs.fp ^ POISON, ..copy.regs }, words: copy.words };
+    let fp = !same(&walk_with(unwinder, cache, &fp_regs, &|_, word| word));
+    // All the words left out changed at once (and the frame pointer, unless
+    // it is in): still the same frames, or the plan is every word read.
+    let regs = if fp { copy } else { &fp_regs };
+    let all = walk_with(unwinder, cache, regs, &|slot, word| if keep.contains(&slot) { word } else { word ^ POISON });
+    let (mut slots, flags): (Vec<u16>, u32) = if same(&all) {
+        (keep.into_iter().collect(), if fp { PLAN_USES_FP } else { 0 })
     } else {
         (w.reads.iter().map(|(s, _)| *s).collect(), PLAN_USES_FP)
     };
