@@ -128,7 +128,17 @@ pub static UNWIND_ROOTS: LruHashMap<UnwindPlanKey, u32> = LruHashMap::with_max_e
 
 /// The user stack being copied, per CPU.
 #[map]
-pub static USER_STACK_COPY_SCRATCH: PerCpuArray<UserStackCopy> = PerCpuArray::with_max_entries(1, 0);
+pub static USER_STACK_COPY_SCRATCH: PerCpuArray<CopyScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// A copy being made, and the map keys looked up for it: in map memory,
+/// not on the BPF stack (the pre-6.2 begin programs, which copy `Config`
+/// to theirs, leave the copy's call little room).
+#[repr(C)]
+pub struct CopyScratch {
+    pub copy: UserStackCopy,
+    pub key: UnwindPlanKey,
+    pub id: StackId,
+}
 
 /// Futex contentions in progress, per thread id (see `futex`); userspace
 /// reaps the entries of exited threads and sizes the map to one entry when

@@ -7,8 +7,8 @@
 use aya_ebpf::{
     bindings::BPF_RB_AVAIL_DATA,
     helpers::{
-        bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_probe_read_user_buf,
+        bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_buf, bpf_probe_read_user_buf,
     },
     programs::tracing::StackIdContext,
 };
@@ -21,7 +21,7 @@ use profiler_common::{
 
 use crate::{
     context::count,
-    maps::{EVENTS, UNWIND_PLANS, UNWIND_ROOTS, USER_REGS_LAYOUT, USER_STACK_COPY_SCRATCH, USER_STACKS},
+    maps::{CopyScratch, EVENTS, UNWIND_PLANS, UNWIND_ROOTS, USER_REGS_LAYOUT, USER_STACK_COPY_SCRATCH, USER_STACKS},
 };
 
 /// Offsets in the kernel's `struct pt_regs` (the user registers saved at
@@ -84,34 +84,39 @@ fn user_regs(cfg: &Config, out: &mut UserRegs) -> Result<(), NoRegs> {
     let top = stack + u64::from(at.stack_user_regs);
     for pad in regs::PADDINGS {
         let r = top - pad;
+        // The mode word, read into `out.ip` (map memory: no stack slot).
         #[cfg(not(bpf_target_arch = "aarch64"))]
-        {
-            if read_u64(r + regs::CS) != Some(regs::USER_CS) {
-                continue;
-            }
-            let (Some(ip), Some(sp), Some(fp)) =
-                (read_u64(r + regs::IP), read_u64(r + regs::SP), read_u64(r + regs::FP))
-            else {
-                return Err(NoRegs::NotFound);
-            };
-            *out = UserRegs { ip, sp, fp, lr: 0 };
-            return Ok(());
-        }
+        let user = read_into(r + regs::CS, &mut out.ip) && out.ip == regs::USER_CS;
         #[cfg(bpf_target_arch = "aarch64")]
-        {
-            if read_u64(r + regs::PSTATE).is_none_or(|p| p & 0xf != 0) {
-                continue;
-            }
-            let (Some(ip), Some(sp), Some(fp), Some(lr)) =
-                (read_u64(r + regs::IP), read_u64(r + regs::SP), read_u64(r + regs::FP), read_u64(r + regs::LR))
-            else {
-                return Err(NoRegs::NotFound);
-            };
-            *out = UserRegs { ip, sp, fp, lr };
-            return Ok(());
+        let user = read_into(r + regs::PSTATE, &mut out.ip) && out.ip & 0xf == 0;
+        if !user {
+            continue;
         }
+        #[cfg(not(bpf_target_arch = "aarch64"))]
+        let lr = {
+            out.lr = 0;
+            true
+        };
+        #[cfg(bpf_target_arch = "aarch64")]
+        let lr = read_into(r + regs::LR, &mut out.lr);
+        let ok = read_into(r + regs::IP, &mut out.ip)
+            & read_into(r + regs::SP, &mut out.sp)
+            & read_into(r + regs::FP, &mut out.fp)
+            & lr;
+        return if ok { Ok(()) } else { Err(NoRegs::NotFound) };
     }
     Err(NoRegs::NotFound)
+}
+
+/// Reads the kernel word at `addr` into `dst` (map memory); false if
+/// unreadable.
+#[inline(always)]
+fn read_into(addr: u64, dst: &mut u64) -> bool {
+    // SAFETY: `dst` is 8 writable bytes; the helper checks the kernel
+    // address and fails cleanly.
+    let dst = unsafe { core::slice::from_raw_parts_mut((dst as *mut u64).cast::<u8>(), 8) };
+    // SAFETY: as above.
+    unsafe { bpf_probe_read_kernel_buf(addr as *const u8, dst) }.is_ok()
 }
 
 /// Reads `size` bytes of user stack at `sp + off` into the copy at `off`;
@@ -182,22 +187,33 @@ fn signature(buf: &UserStackCopy, len: usize) -> StackId {
     stack_hash_finish(h, plan.n as u64)
 }
 
-/// The first return address of the stack in `buf` (its plan's key), from
-/// the slot userspace found for its ip; None before userspace knows it.
+/// Sets `s.key` to the plan key of the stack in `s.copy`: its first
+/// return address, from the slot userspace found for its ip; false before
+/// userspace knows it.
 #[inline(always)]
-fn first_return(buf: &UserStackCopy) -> Option<u64> {
-    let key = UnwindPlanKey { tgid: buf.tgid, _pad: 0, ip: buf.regs.ip, ra: 0 };
+fn plan_key(s: &mut CopyScratch) -> bool {
+    let buf = &s.copy;
+    s.key = UnwindPlanKey { tgid: buf.tgid, _pad: 0, ip: buf.regs.ip, ra: 0 };
     // SAFETY: a map value read by value.
-    let root = *unsafe { UNWIND_ROOTS.get(key) }?;
-    match root {
-        ROOT_LR => Some(buf.regs.lr),
-        ROOT_NONE => Some(0),
+    let Some(root) = (unsafe { UNWIND_ROOTS.get(&s.key) }).copied() else {
+        return false;
+    };
+    s.key.ra = match root {
+        ROOT_LR => buf.regs.lr,
+        ROOT_NONE => 0,
         slot => {
             let at = buf.regs.sp + u64::from(slot) * 8;
-            // SAFETY: the helper checks the user address and fails cleanly.
-            unsafe { bpf_probe_read_user(at as *const u64) }.ok()
+            // SAFETY: `s.key.ra` is 8 bytes of map memory; the helper checks
+            // the user address and fails cleanly.
+            let dst = unsafe { core::slice::from_raw_parts_mut((&raw mut s.key.ra).cast::<u8>(), 8) };
+            // SAFETY: as above.
+            if unsafe { bpf_probe_read_user_buf(at as *const u8, dst) }.is_err() {
+                return false;
+            }
+            s.key.ra
         }
-    }
+    };
+    true
 }
 
 /// The user stack of the current task in process `tgid` (its address
@@ -205,12 +221,13 @@ fn first_return(buf: &UserStackCopy) -> Option<u64> {
 /// of its own. A BPF-to-BPF call, so its loops are verified once.
 #[inline(never)]
 pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
-    let Some(buf) = USER_STACK_COPY_SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = USER_STACK_COPY_SCRATCH.get_ptr_mut(0) else {
         return stack_error(7);
     };
     // SAFETY: this CPU's scratch slot from a successful lookup, valid for the
     // map's lifetime; programs on one CPU do not nest (the BUSY guard).
-    let buf: &mut UserStackCopy = unsafe { &mut *buf };
+    let scratch: &mut CopyScratch = unsafe { &mut *scratch };
+    let buf = &mut scratch.copy;
     match user_regs(cfg, &mut buf.regs) {
         Ok(()) => {}
         Err(NoRegs::KernelThread) => return USER_STACK_NONE,
@@ -225,24 +242,23 @@ pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> Stac
     buf.tgid = tgid;
     buf.plan.n = 0;
     buf.plan.flags = 0;
-    if let Some(ra) = first_return(buf) {
-        let key = UnwindPlanKey { tgid, _pad: 0, ip: buf.regs.ip, ra };
-        if let Some(p) = UNWIND_PLANS.get_ptr(key) {
-            // SAFETY: a live map value of the plan's type, copied whole into
-            // this CPU's scratch (no overlap).
-            unsafe { core::ptr::copy_nonoverlapping(p, &mut buf.plan, 1) };
-        }
+    if plan_key(scratch)
+        && let Some(p) = UNWIND_PLANS.get_ptr(&scratch.key)
+    {
+        // SAFETY: a live map value of the plan's type, copied whole into
+        // this CPU's scratch (no overlap).
+        unsafe { core::ptr::copy_nonoverlapping(p, &mut scratch.copy.plan, 1) };
     }
-    buf.signature = 0;
-    if buf.plan.n != 0 {
-        let reach = buf.plan.reach();
-        if copy_reach(buf, reach) {
-            let sig = signature(buf, reach);
-            if USER_STACKS.get_ptr(sig).is_some() {
+    scratch.copy.signature = 0;
+    if scratch.copy.plan.n != 0 {
+        let reach = scratch.copy.plan.reach();
+        if copy_reach(&mut scratch.copy, reach) {
+            scratch.id = signature(&scratch.copy, reach);
+            if USER_STACKS.get_ptr(&scratch.id).is_some() {
                 count(counter::USER_STACK_SIGNED);
-                return sig;
+                return scratch.id;
             }
-            buf.signature = sig;
+            scratch.copy.signature = scratch.id;
         }
     }
     // A copy is 8 KiB: with half the ring buffer waiting, copies would
@@ -253,8 +269,8 @@ pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> Stac
         }
         return stack_error(EBUSY);
     }
-    let len = copy_prefix(buf);
-    send(ctx, buf, len)
+    let len = copy_prefix(&mut scratch.copy);
+    send(ctx, &mut scratch.copy, len)
 }
 
 /// `-EBUSY`: no copy while the ring buffer is half full.
