@@ -138,7 +138,7 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
         return USER_STACK_NONE;
     }
     if cfg.user_stacks == USER_STACKS_UNWIND {
-        return crate::unwind::capture_copy(ctx, cfg, address_space_owner(cfg, tgid));
+        return crate::unwind::capture_copy(address_space_owner(cfg, tgid));
     }
     let Some(buf) = USER_STACK_SCRATCH.get_ptr_mut(0) else {
         return failed(ctx, counter::USER_STACK_FAILED, "user stack scratch lookup", -7);

@@ -10,9 +10,7 @@ use aya_ebpf::{
         bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
         bpf_probe_read_kernel_buf, bpf_probe_read_user_buf,
     },
-    programs::tracing::StackIdContext,
 };
-use aya_log_ebpf::warn;
 use profiler_common::{
     Config, EVENT_USER_STACK_COPY, ROOT_LR, ROOT_NONE, StackId, UNWIND_PLAN_SLOTS, USER_STACK_COPY_BYTES,
     USER_STACK_COPY_TAIL, USER_STACK_COPY_WORDS, USER_STACK_NONE, UnwindPlanKey, UserRegs, UserStackCopy, counter,
@@ -20,7 +18,7 @@ use profiler_common::{
 };
 
 use crate::{
-    context::count,
+    context::{config, count},
     maps::{CopyScratch, EVENTS, UNWIND_PLANS, UNWIND_ROOTS, USER_REGS_LAYOUT, USER_STACK_COPY_SCRATCH, USER_STACKS},
 };
 
@@ -218,9 +216,12 @@ fn plan_key(s: &mut CopyScratch) -> bool {
 
 /// The user stack of the current task in process `tgid` (its address
 /// space's owner): known by its signature, else copied and sent under an id
-/// of its own. A BPF-to-BPF call, so its loops are verified once.
+/// of its own. A BPF-to-BPF call of few arguments and no logging (the
+/// counters say what failed), so that its frame stays within what the
+/// pre-6.2 begin programs leave (512 bytes combined).
 #[inline(never)]
-pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
+pub fn capture_copy(tgid: u32) -> StackId {
+    let cfg = config();
     let Some(scratch) = USER_STACK_COPY_SCRATCH.get_ptr_mut(0) else {
         return stack_error(7);
     };
@@ -232,10 +233,8 @@ pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> Stac
         Ok(()) => {}
         Err(NoRegs::KernelThread) => return USER_STACK_NONE,
         Err(NoRegs::NotFound) => {
-            if count(counter::USER_STACK_FAILED) {
-                warn!(ctx, "lockprof: the user registers are not where the kernel's layout puts them");
-            }
-            return stack_error(61);
+            count(counter::USER_STACK_FAILED);
+            return stack_error(ENODATA);
         }
     }
     buf.kind = EVENT_USER_STACK_COPY;
@@ -264,21 +263,21 @@ pub fn capture_copy<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> Stac
     // A copy is 8 KiB: with half the ring buffer waiting, copies would
     // crowd out the waits themselves.
     if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) > 2 * cfg.wakeup_bytes {
-        if count(counter::USER_STACK_FAILED) {
-            warn!(ctx, "lockprof: user stack copies skipped while the ring buffer is half full");
-        }
+        count(counter::USER_STACK_FAILED);
         return stack_error(EBUSY);
     }
     let len = copy_prefix(&mut scratch.copy);
-    send(ctx, &mut scratch.copy, len)
+    send(&mut scratch.copy, len)
 }
 
 /// `-EBUSY`: no copy while the ring buffer is half full.
 const EBUSY: u32 = 16;
+/// `-ENODATA`: the user registers are not where the layout says.
+const ENODATA: u32 = 61;
 
 /// Sends the copy in `buf` (`len` bytes of stack) under an id of its own.
 #[inline(always)]
-fn send<C: StackIdContext>(ctx: &C, buf: &mut UserStackCopy, len: usize) -> StackId {
+fn send(buf: &mut UserStackCopy, len: usize) -> StackId {
     // SAFETY: helpers without preconditions.
     let (now, cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
     let h = stack_hash_step(stack_hash_step(user_stack_seed(buf.tgid), now), u64::from(cpu));
@@ -293,9 +292,7 @@ fn send<C: StackIdContext>(ctx: &C, buf: &mut UserStackCopy, len: usize) -> Stac
             id
         }
         Err(e) => {
-            if count(counter::RINGBUF_FULL) {
-                warn!(ctx, "lockprof: ring buffer full, events are being lost");
-            }
+            count(counter::RINGBUF_FULL);
             stack_error(e.unsigned_abs())
         }
     }
