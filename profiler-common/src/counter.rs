@@ -87,8 +87,14 @@ pub const OWNER_STACK_SKIPPED: u32 = 31;
 /// section). Counted in the slot (`AggSlot::missed`), not by the programs
 /// in `COUNTERS`: userspace adds what each drain finds to this index.
 pub const AGG_CACHE_MISSED: u32 = 32;
+/// `--user-stacks` (unwind mode): user stacks copied and sent to userspace
+/// to be unwound (a call path not yet known by its signature).
+pub const USER_STACK_COPIES: u32 = 33;
+/// `--user-stacks` (unwind mode): waits whose user stack was known by its
+/// signature (an unwound stack of the same words): no copy.
+pub const USER_STACK_SIGNED: u32 = 34;
 /// Number of counters.
-pub const COUNT: u32 = 33;
+pub const COUNT: u32 = 35;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -125,6 +131,8 @@ pub const NAMES: [&str; COUNT as usize] = [
     "stacks_late",
     "owner_stack_skipped",
     "agg_cache_missed",
+    "user_stack_copies",
+    "user_stack_signed",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what
@@ -154,6 +162,26 @@ pub mod user {
     pub const USER_STACK_TRUNCATED: &str = "user_stack_truncated";
     /// Distinct user stacks cut where the frame-pointer walk left mapped code.
     pub const USER_STACK_LEFT_CODE: &str = "user_stack_left_code";
+    /// `--user-unwind copy`: copies the unwinder dropped because it was
+    /// behind: those waits show no user stack.
+    pub const UNWIND_DROPPED: &str = "unwind_dropped";
+    /// Copies whose process was gone before its binaries were read: only
+    /// the innermost frame is kept.
+    pub const UNWIND_PROCESS_GONE: &str = "unwind_process_gone";
+    /// Copies unwound.
+    pub const UNWIND_STACKS: &str = "unwind_stacks";
+    /// Unwound stacks cut because they needed stack beyond the copy.
+    pub const UNWIND_COPY_SHORT: &str = "unwind_copy_short";
+    /// Unwound stacks cut where no unwind rule applied.
+    pub const UNWIND_NO_RULE: &str = "unwind_no_rule";
+    /// Unwound stacks cut at the depth limit.
+    pub const UNWIND_DEEP: &str = "unwind_deep";
+    /// Unwound call paths that could not be given a signature.
+    pub const UNWIND_PLAN_FULL: &str = "unwind_plan_full";
+    /// Binaries the unwinder could not read or parse.
+    pub const UNWIND_BINARIES_UNREADABLE: &str = "unwind_binaries_unreadable";
+    /// Plan or signed-stack writes the kernel refused.
+    pub const UNWIND_MAP_REFUSED: &str = "unwind_map_refused";
     /// Waits folded into the `[other]` cgroup row.
     pub const CGROUP_KEYS_OVERFLOW: &str = "cgroup_keys_overflow";
     /// Waits still open at stop, measured up to the stop.

@@ -20,6 +20,7 @@ mod pod;
 mod record;
 mod stack;
 mod state;
+mod unwind;
 
 pub use aggregate::{
     AGG_BLAME, AGG_CACHE_SLOTS, AGG_HOLD, AggKey, AggSlot, AggVal, HIST_BUCKETS, agg_cache_index, hist_bucket,
@@ -38,8 +39,8 @@ pub use ident::{
 pub use layout::{Layout, UNKNOWN_OFFSET, known};
 pub use lock::{LockMode, LockType, is_spinning, lcb, probe_flags};
 pub use record::{
-    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_USER_STACK, EVENT_YIELD,
-    UserStackEvent, YieldEvent, record_size,
+    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_USER_STACK,
+    EVENT_USER_STACK_COPY, EVENT_YIELD, UserStackEvent, YieldEvent, record_size,
 };
 pub use stack::{
     NO_STACK_BASE, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, STACK_USER_LOCK, StackId, StoredStack,
@@ -50,4 +51,9 @@ pub use state::{
     ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, Owner, OwnerAsleep,
     PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner,
     stack_cache_index, task_key,
+};
+pub use unwind::{
+    PLAN_USES_FP, ROOT_LR, ROOT_NONE, SIGNATURE_SEED, UNWIND_PLAN_ENTRIES, UNWIND_PLAN_SLOTS, USER_STACK_COPY_BYTES,
+    USER_STACK_COPY_TAIL, USER_STACK_COPY_WORDS, USER_STACKS_FRAME_POINTERS, USER_STACKS_OFF, USER_STACKS_UNWIND,
+    UnwindPlan, UnwindPlanKey, UserRegs, UserRegsLayout, UserStackCopy, signature, signature_start, signature_step,
 };

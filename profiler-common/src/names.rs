@@ -11,6 +11,10 @@ pub const CONFIG: &str = "CONFIG";
 /// link register holding it was rewritten by another tool's kretprobe.
 pub const KRETPROBE_TRAMPOLINE: &str = "KRETPROBE_TRAMPOLINE";
 
+/// Global: where a task's user registers are (`UserRegsLayout`), for
+/// `--user-unwind copy`.
+pub const USER_REGS_LAYOUT: &str = "USER_REGS_LAYOUT";
+
 /// Map names.
 pub mod map {
     /// Ring buffer of records.
@@ -69,6 +73,14 @@ pub mod map {
     pub const USER_STACKS: &str = "USER_STACKS";
     /// Per-CPU buffer a user stack is walked into before it is stored.
     pub const USER_STACK_SCRATCH: &str = "USER_STACK_SCRATCH";
+    /// `--user-stacks` (unwind mode): the stack slot of the first return
+    /// address, per (process, ip) (an LRU hash map userspace writes).
+    pub const UNWIND_ROOTS: &str = "UNWIND_ROOTS";
+    /// `--user-stacks` (unwind mode): the stack slots to compare, per
+    /// (process, ip, first return address) (an LRU hash map userspace writes).
+    pub const UNWIND_PLANS: &str = "UNWIND_PLANS";
+    /// Per-CPU buffer a user stack is copied into before it is sent.
+    pub const USER_STACK_COPY_SCRATCH: &str = "USER_STACK_COPY_SCRATCH";
     /// Futex contentions in progress, per thread.
     pub const FUTEX_WAITS: &str = "FUTEX_WAITS";
     /// `--owner-stacks`: the stack of a waiter's sleeping owner, per waiting task.
@@ -104,6 +116,9 @@ pub mod map {
         CGROUP_FILTER,
         USER_STACKS,
         USER_STACK_SCRATCH,
+        UNWIND_ROOTS,
+        UNWIND_PLANS,
+        USER_STACK_COPY_SCRATCH,
         FUTEX_WAITS,
         OWNER_ASLEEP,
     ];

@@ -36,4 +36,9 @@ pod!(
     super::Acquired,
     super::Holder,
     super::SlabRecord,
+    super::UserRegs,
+    super::UserRegsLayout,
+    super::UnwindPlanKey,
+    super::UnwindPlan,
+    super::UserStackCopy,
 );

@@ -19,6 +19,8 @@ pub const EVENT_YIELD: u32 = 5;
 /// A user stack stored for the first time ([`UserStackEvent`]): userspace
 /// reads its process's mappings while the process is alive.
 pub const EVENT_USER_STACK: u32 = 6;
+/// A copy of a user stack to unwind ([`crate::UserStackCopy`]).
+pub const EVENT_USER_STACK_COPY: u32 = 7;
 
 /// Size of a record of `kind`, `None` for an unknown kind.
 pub const fn record_size(kind: u32) -> Option<usize> {
@@ -28,6 +30,7 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         }
         EVENT_YIELD => Some(core::mem::size_of::<YieldEvent>()),
         EVENT_USER_STACK => Some(core::mem::size_of::<UserStackEvent>()),
+        EVENT_USER_STACK_COPY => Some(core::mem::size_of::<crate::UserStackCopy>()),
         _ => None,
     }
 }

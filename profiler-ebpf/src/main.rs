@@ -36,6 +36,7 @@ mod owners;
 mod ringbuf;
 mod slabs;
 mod stack;
+mod unwind;
 mod waits;
 mod yields;
 

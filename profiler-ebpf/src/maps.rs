@@ -11,8 +11,8 @@ use profiler_common::{
     ACQUIRED_SLOTS, AGG_CACHE_SLOTS, Acquired, AggKey, AggSlot, AggVal, CGROUP_FILTER_ENTRIES, CachedStack, Config,
     DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart,
     Holder, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent, OwnerAsleep, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS,
-    StackBudget, StackId, StoredStack, StoredUserStack, TGID_FILTER_ENTRIES, YIELD_PENDING_ENTRIES, YieldStart,
-    counter,
+    StackBudget, StackId, StoredStack, StoredUserStack, TGID_FILTER_ENTRIES, UNWIND_PLAN_ENTRIES, UnwindPlan,
+    UnwindPlanKey, UserRegsLayout, UserStackCopy, YIELD_PENDING_ENTRIES, YieldStart, counter,
     futex::{FUTEX_WAIT_ENTRIES, FutexWait},
 };
 
@@ -23,6 +23,10 @@ pub static CONFIG: Global<Config> = Global::new(Config::DEFAULT);
 /// The kernel's kretprobe trampoline (0 where userspace did not look it up).
 #[unsafe(no_mangle)]
 pub static KRETPROBE_TRAMPOLINE: Global<u64> = Global::new(0);
+
+/// Where a task's user registers are (unknown: no user stack copies).
+#[unsafe(no_mangle)]
+pub static USER_REGS_LAYOUT: Global<UserRegsLayout> = Global::new(UserRegsLayout::UNKNOWN);
 
 /// Records for userspace.
 #[map]
@@ -109,6 +113,32 @@ pub static USER_STACKS: LruHashMap<StackId, StoredUserStack> = LruHashMap::with_
 /// The user stack being captured, per CPU.
 #[map]
 pub static USER_STACK_SCRATCH: PerCpuArray<StoredUserStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// `--user-stacks` (unwind mode): per (process, ip), the stack slots whose
+/// words decide its unwinding, written by userspace (see `unwind`);
+/// userspace sizes it to one entry in other modes.
+#[map]
+pub static UNWIND_PLANS: LruHashMap<UnwindPlanKey, UnwindPlan> = LruHashMap::with_max_entries(UNWIND_PLAN_ENTRIES, 0);
+
+/// `--user-stacks` (unwind mode): per (process, ip), the stack slot of the
+/// first return address (`ROOT_LR`: the link register), written by
+/// userspace; sized to one entry in other modes.
+#[map]
+pub static UNWIND_ROOTS: LruHashMap<UnwindPlanKey, u32> = LruHashMap::with_max_entries(UNWIND_PLAN_ENTRIES, 0);
+
+/// The user stack being copied, per CPU.
+#[map]
+pub static USER_STACK_COPY_SCRATCH: PerCpuArray<CopyScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// A copy being made, and the map keys looked up for it: in map memory,
+/// not on the BPF stack (the pre-6.2 begin programs, which copy `Config`
+/// to theirs, leave the copy's call little room).
+#[repr(C)]
+pub struct CopyScratch {
+    pub copy: UserStackCopy,
+    pub key: UnwindPlanKey,
+    pub id: StackId,
+}
 
 /// Futex contentions in progress, per thread id (see `futex`); userspace
 /// reaps the entries of exited threads and sizes the map to one entry when

@@ -14,8 +14,8 @@ use aya_log_ebpf::warn;
 use profiler_common::{
     CachedStack, Config, EVENT_USER_STACK, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE, MAX_STACK_DEPTH,
     STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE,
-    USER_STACK_OFF, UserStackEvent, counter, is_stack, known, stack_cache_index, stack_error, stack_hash_finish,
-    stack_hash_step, user_stack_seed,
+    USER_STACK_OFF, USER_STACKS_UNWIND, UserStackEvent, counter, is_stack, known, stack_cache_index, stack_error,
+    stack_hash_finish, stack_hash_step, user_stack_seed,
 };
 
 use crate::{
@@ -136,6 +136,9 @@ fn address_space_owner(cfg: &Config, tgid: u32) -> u32 {
 fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId {
     if tgid == 0 {
         return USER_STACK_NONE;
+    }
+    if cfg.user_stacks == USER_STACKS_UNWIND {
+        return crate::unwind::capture_copy(address_space_owner(cfg, tgid));
     }
     let Some(buf) = USER_STACK_SCRATCH.get_ptr_mut(0) else {
         return failed(ctx, counter::USER_STACK_FAILED, "user stack scratch lookup", -7);

@@ -2,12 +2,17 @@
 //! the test (`tests/data/ustack/lockprof_test.c`) whose user frames are
 //! known: its writer functions must show above `anon_pipe_write` in the
 //! JSON report, the folded stacks and pprof (read by `go tool pprof`), and
-//! glibc's frameless `write()` must hide its direct caller exactly when the
-//! machine's libc says it will. Skips, saying why, without root, the lock
+//! glibc's frameless `write()` must hide its direct caller from the
+//! frame-pointer walk exactly when the machine's libc says it will, and
+//! never from the default unwinding of a stack copy. Built the way
+//! distributions build (no frame pointers, no debug information), the C
+//! workload and a Rust one (`tests/data/unwind/frameless.rs`) must show
+//! their own functions above glibc's and std's in their futex and pipe
+//! waits. Skips, saying why, without root, the lock
 //! tracepoints, `cc`, `objdump` or `go`; with `CI=true` those are failures.
 
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Write as _},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::Mutex,
@@ -35,6 +40,13 @@ const CFLAGS: [&str; 7] = [
     "-pthread",
     "-Wl,--build-id=sha1",
 ];
+
+/// How distributions build: optimized, no frame pointers, no debug
+/// information (the symbol table stays).
+const CFLAGS_FRAMELESS: [&str; 4] = ["-O2", "-fomit-frame-pointer", "-pthread", "-Wl,--build-id=sha1"];
+
+/// The Rust workload's source, built without frame pointers.
+const RUST_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/unwind/frameless.rs");
 
 /// The marker between kernel frames (before it) and user frames (after it).
 const KERNEL: &str = "[kernel]";
@@ -71,10 +83,15 @@ impl Drop for TempDir {
     }
 }
 
-/// Builds the workload into `dir`.
+/// Builds the workload into `dir`, with frame pointers.
 fn build(dir: &TempDir) -> PathBuf {
+    build_with(dir, &CFLAGS)
+}
+
+/// Builds the workload into `dir` with `flags`.
+fn build_with(dir: &TempDir, flags: &[&str]) -> PathBuf {
     let bin = dir.join("lockprof_test");
-    let out = Command::new("cc").args(CFLAGS).arg("-o").arg(&bin).arg(SOURCE).output().expect("run cc");
+    let out = Command::new("cc").args(flags).arg("-o").arg(&bin).arg(SOURCE).output().expect("run cc");
     assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
     bin
 }
@@ -89,11 +106,12 @@ impl Workload {
     /// Starts `bin mode secs threads` and waits for its `ready <pid>` line
     /// (printed once its threads exist).
     fn start(bin: &Path, mode: &str, secs: u32, threads: u32) -> Workload {
-        let mut child = Command::new(bin)
-            .args([mode, &secs.to_string(), &threads.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the workload");
+        Workload::start_args(bin, &[mode, &secs.to_string(), &threads.to_string()])
+    }
+
+    /// Starts `bin args` and waits for its `ready <pid>` line.
+    fn start_args(bin: &Path, args: &[&str]) -> Workload {
+        let mut child = Command::new(bin).args(args).stdout(Stdio::piped()).spawn().expect("spawn the workload");
         let mut line = String::new();
         let stdout = child.stdout.take().expect("stdout");
         BufReader::new(stdout).read_line(&mut line).expect("read the ready line");
@@ -288,24 +306,12 @@ fn libc_write_has_frame(pid: u32) -> (bool, String) {
     panic!("no write with a syscall in {libc}");
 }
 
-#[test]
-fn glibc_write_hides_its_direct_caller_as_predicted() {
-    const TEST: &str = "glibc_write_hides_its_direct_caller_as_predicted";
-    if !ready(TEST, &[("cc", "gcc"), ("objdump", "binutils")]) {
-        return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = TempDir::new("libc");
-    let bin = build(&dir);
-    let w = Workload::start(&bin, "libc", 60, 4);
-    let (framed, asm) = libc_write_has_frame(w.pid);
-    eprintln!("glibc's write sets up a frame: {framed}\n{asm}");
-    let pid = w.pid.to_string();
-    let args = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
-    let v = json(&run_ok(&args, &[]));
-    drop(w);
-    let pipe_addr = pipe_mutex(&v)["addr"].clone();
-    let mut checked = 0;
+/// The function names of the user frames of each wait inside glibc's
+/// `write(2)` in report `v`, with the waits' count; and the waits of those
+/// on the pipe mutex through `anon_pipe_write`.
+fn libc_write_stacks(v: &serde_json::Value) -> (Vec<(Vec<&str>, u64)>, u64) {
+    let pipe_addr = pipe_mutex(v)["addr"].clone();
+    let (mut out, mut on_pipe) = (Vec::new(), 0);
     for l in v["locks"].as_array().expect("locks") {
         for c in l["callers"].as_array().expect("callers") {
             let s = stack(c);
@@ -317,26 +323,207 @@ fn glibc_write_hides_its_direct_caller_as_predicted() {
             if !in_syscall(&kernel) || !user.first().is_some_and(|f| fn_of(f).contains("write")) {
                 continue;
             }
-            let f = fns(&user);
-            let expect: &[&str] = if framed {
-                &["lockprof_test_libc_writer", "lockprof_test_libc_loop", "lockprof_test_libc_thread"]
-            } else {
-                &["lockprof_test_libc_loop", "lockprof_test_libc_thread"]
-            };
-            assert_eq!(
-                f.get(1..1 + expect.len()),
-                Some(expect),
-                "write {} a frame, so its caller must be {}: {s:?}\n{asm}",
-                if framed { "sets up" } else { "sets up no" },
-                if framed { "present" } else { "skipped" }
-            );
-            assert!(framed || !f.contains(&"lockprof_test_libc_writer"), "{s:?}");
             if l["addr"] == pipe_addr && kernel.iter().any(|f| fn_of(f) == "anon_pipe_write") {
-                checked += contended(c);
+                on_pipe += contended(c);
             }
+            out.push((fns(&user), contended(c)));
         }
     }
-    assert!(checked > 0, "no wait on the pipe mutex inside write(2) with user frames: {:?}", v["drops"]);
+    (out, on_pipe)
+}
+
+#[test]
+fn glibc_write_hides_its_direct_caller_from_frame_pointers_only() {
+    const TEST: &str = "glibc_write_hides_its_direct_caller_from_frame_pointers_only";
+    if !ready(TEST, &[("cc", "gcc"), ("objdump", "binutils")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("libc");
+    let bin = build(&dir);
+    let w = Workload::start(&bin, "libc", 60, 4);
+    let (framed, asm) = libc_write_has_frame(w.pid);
+    eprintln!("glibc's write sets up a frame: {framed}\n{asm}");
+    let pid = w.pid.to_string();
+    let args = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
+    let fp = json(&run_ok(&[&args[..], &["--user-unwind", "fp"]].concat(), &[]));
+    let copy = json(&run_ok(&args, &[]));
+    drop(w);
+    let chain = ["lockprof_test_libc_writer", "lockprof_test_libc_loop", "lockprof_test_libc_thread"];
+
+    // The frame-pointer walk: write's caller is there exactly when write
+    // sets up a frame.
+    let (stacks, on_pipe) = libc_write_stacks(&fp);
+    for (f, _) in &stacks {
+        let expect: &[&str] = if framed { &chain } else { &chain[1..] };
+        assert_eq!(
+            f.get(1..1 + expect.len()),
+            Some(expect),
+            "write {} a frame, so its caller must be {}: {f:?}\n{asm}",
+            if framed { "sets up" } else { "sets up no" },
+            if framed { "present" } else { "skipped" }
+        );
+        assert!(framed || !f.contains(&"lockprof_test_libc_writer"), "{f:?}");
+    }
+    assert!(on_pipe > 0, "fp: no wait on the pipe mutex inside write(2) with user frames: {:?}", fp["drops"]);
+
+    // The copy unwound from .eh_frame: the caller is always there.
+    let (stacks, on_pipe) = libc_write_stacks(&copy);
+    for (f, _) in &stacks {
+        assert_eq!(f.get(1..4), Some(&chain[..]), "unwound from a copy, write's caller is never skipped: {f:?}");
+    }
+    assert!(on_pipe > 0, "copy: no wait on the pipe mutex inside write(2) with user frames: {:?}", copy["drops"]);
+    assert!(copy["drops"]["user_stack_copies"].as_u64() > Some(0), "{:?}", copy["drops"]);
+}
+
+/// The waits of the busiest futex row of report `v`: all of them, those
+/// with a user stack, and those whose stack shows `chain` of functions
+/// above glibc's (or std's) frames; some stacks, to say what was seen.
+fn futex_chain(v: &serde_json::Value, chain: &[&str]) -> (u64, u64, u64, Vec<Vec<String>>) {
+    let l = v["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter(|l| l["type"] == "futex")
+        .max_by_key(|l| contended(l))
+        .unwrap_or_else(|| panic!("no futex lock: {:?}", v["drops"]));
+    let (mut all, mut stacked, mut with) = (0, 0, 0);
+    let mut shown = Vec::new();
+    for c in l["callers"].as_array().expect("callers") {
+        let s = stack(c);
+        all += contended(c);
+        if s.is_empty() {
+            continue;
+        }
+        stacked += contended(c);
+        let f = fns(&s);
+        let at = f.iter().position(|x| x.ends_with(chain[0]));
+        let whole = at.is_some_and(|i| {
+            i >= 1 && f.len() >= i + chain.len() && f[i..i + chain.len()].iter().zip(chain).all(|(a, b)| a.ends_with(b))
+        });
+        if whole {
+            with += contended(c);
+        }
+        if shown.len() < 6 {
+            shown.push(f.iter().map(|x| x.to_string()).collect());
+        }
+    }
+    (all, stacked, with, shown)
+}
+
+/// At least 99% of a futex row's waits with a user stack show `chain`, and
+/// most waits have one (the others are counted: the stack budget, or copies
+/// skipped in the first milliseconds before the call path's signature is
+/// known).
+fn assert_chain(v: &serde_json::Value, chain: &[&str]) {
+    let (all, stacked, with, shown) = futex_chain(v, chain);
+    eprintln!("{with} of {stacked} futex waits with a user stack ({all} in all) show {chain:?}");
+    assert!(all > 0, "no futex waits: {:?}", v["drops"]);
+    assert!(with * 100 >= stacked * 99, "only {with} of {stacked} futex waits show {chain:?}: {shown:?}");
+    assert!(stacked * 10 >= all * 9, "only {stacked} of {all} futex waits have a user stack: {:?}", v["drops"]);
+}
+
+#[test]
+fn frameless_c_shows_its_own_functions_above_glibc() {
+    const TEST: &str = "frameless_c_shows_its_own_functions_above_glibc";
+    if !ready(TEST, &[("cc", "gcc")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("frameless");
+    let bin = build_with(&dir, &CFLAGS_FRAMELESS);
+
+    // Its pipe-mutex waits: the writer, its loop and its thread above write().
+    let w = Workload::start(&bin, "libc", 60, 4);
+    let pid = w.pid.to_string();
+    let args = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
+    let v = json(&run_ok(&args, &[]));
+    drop(w);
+    let (stacks, on_pipe) = libc_write_stacks(&v);
+    let chain = ["lockprof_test_libc_writer", "lockprof_test_libc_loop", "lockprof_test_libc_thread"];
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let whole: u64 = stacks.iter().filter(|(f, _)| f.get(1..4) == Some(&chain[..])).map(|(_, n)| n).sum();
+    assert!(on_pipe > 0, "no wait on the pipe mutex inside write(2) with user frames: {:?}", v["drops"]);
+    assert!(whole * 100 >= total * 99, "{whole} of {total} waits in write(2) show {chain:?} above it: {stacks:?}");
+
+    // Its own mutex's futex waits: the lock wrapper, taker, loop and
+    // thread above glibc's lock functions.
+    let mut child = Command::new(&bin)
+        .args(["futex", "60", "4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the futex workload");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready line");
+    let pid = line.split_whitespace().nth(1).unwrap_or_else(|| panic!("the workload said {line:?}")).to_string();
+    stdin.write_all(b"go\n").expect("go");
+    let args = [
+        "record",
+        "--futex",
+        "--user-stacks",
+        "--stack-rate",
+        "0",
+        "--pid",
+        &pid,
+        "--duration",
+        "2",
+        "--format",
+        "json",
+    ];
+    let v = json(&run_ok(&args, &[]));
+    stdin.write_all(b"stop\n").expect("stop");
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let chain = [
+        "lockprof_test_futex_lock",
+        "lockprof_test_futex_take",
+        "lockprof_test_futex_loop",
+        "lockprof_test_futex_thread",
+    ];
+    assert_chain(&v, &chain);
+    let d = &v["drops"];
+    assert!(d["user_stack_copies"].as_u64() > Some(0) && d["unwind_stacks"].as_u64() > Some(0), "{d:?}");
+}
+
+#[test]
+fn frameless_rust_shows_its_frames() {
+    const TEST: &str = "frameless_rust_shows_its_frames";
+    if !ready(TEST, &[("rustc", "rustc")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("rust");
+    let bin = dir.join("unwindme");
+    let out = Command::new("rustc")
+        .args(["-O", "-C", "force-frame-pointers=no", "--crate-name", "unwindme", "-o"])
+        .arg(&bin)
+        .arg(RUST_SOURCE)
+        .output()
+        .expect("run rustc");
+    assert!(out.status.success(), "rustc failed: {}", String::from_utf8_lossy(&out.stderr));
+    let w = Workload::start_args(&bin, &["60"]);
+    let pid = w.pid.to_string();
+    let args = [
+        "record",
+        "--futex",
+        "--user-stacks",
+        "--stack-rate",
+        "0",
+        "--pid",
+        &pid,
+        "--duration",
+        "2",
+        "--format",
+        "json",
+    ];
+    let v = json(&run_ok(&args, &[]));
+    drop(w);
+    let chain = ["unwindme::unwindme_take_lock", "unwindme::unwindme_worker_loop"];
+    assert_chain(&v, &chain);
 }
 
 /// The kernel part of a stack entered through a system call (the user

@@ -14,7 +14,7 @@ use crate::{
     query::SortKey,
     report::{By, Format, GroupBy},
     serve::defaults as serve_defaults,
-    session::{Mode, defaults},
+    session::{Mode, UserUnwind, defaults},
     workload::Workload,
 };
 
@@ -77,12 +77,16 @@ pub struct SessionArgs {
     /// Do not record the waiting task's cgroup (one helper call per wait).
     #[arg(long)]
     pub no_cgroups: bool,
-    /// Also record each waiter's user-space stack (frame-pointer walk, under the
-    /// same --stack-rate budget as kernel stacks), joined above its kernel stack
-    /// and symbolized with blazesym. Binaries built without frame pointers give
-    /// truncated stacks (counted as user_stack_truncated).
+    /// Also record each waiter's user-space stack (under the same --stack-rate
+    /// budget as kernel stacks), joined above its kernel stack and symbolized
+    /// with blazesym. See --user-unwind for how it is taken.
     #[arg(long)]
     pub user_stacks: bool,
+    /// How user stacks are taken: copy unwinds a copy of the stack from each
+    /// binary's .eh_frame, so code built without frame pointers (distribution
+    /// packages) shows its callers; fp walks frame pointers in the kernel.
+    #[arg(long, value_name = "METHOD", default_value = "copy")]
+    pub user_unwind: UserUnwind,
     /// Also trace user-space locks: futex waits (pthread mutexes, Rust and C++
     /// mutexes, runtime locks; also condition variables and idle thread pools,
     /// which the kernel cannot tell apart: those show as type futex), keyed by

@@ -10,7 +10,7 @@ pub use args::{
     StressArgs, TopArgs, VERSION, ViewArgs,
 };
 
-use profiler_common::{OWNER_STACKS, OWNERS_ON};
+use profiler_common::{OWNER_STACKS, OWNERS_ON, USER_STACKS_OFF};
 
 use crate::{
     cgroups::CgroupFs,
@@ -21,7 +21,7 @@ use crate::{
     query::Query,
     report::ReportOptions,
     serve::{ServeOptions, defaults as serve_defaults},
-    session::{CgroupOptions, Mode, SessionOptions, defaults},
+    session::{CgroupOptions, Mode, SessionOptions, UserUnwind, defaults},
 };
 
 /// Bad input from the user: exit status 2, nothing attached.
@@ -38,6 +38,7 @@ impl SessionArgs {
             ("--cgroup", !self.cgroup.is_empty()),
             ("--no-cgroups", self.no_cgroups),
             ("--user-stacks", self.user_stacks),
+            ("--user-unwind", self.user_unwind != UserUnwind::Copy),
             ("--futex", self.futex),
             ("--backend", self.backend != BackendChoice::Auto),
             ("--no-yield-to", self.no_yield_to),
@@ -109,7 +110,8 @@ impl TryFrom<&SessionArgs> for SessionOptions {
         // User-space locks: asked for, or selected by type. Their stack is a
         // user stack (a futex wait's kernel stack is the syscall entry).
         o.load.futex = a.futex || a.types.iter().any(|t| t.is_user());
-        o.load.config.user_stacks = u32::from(a.user_stacks || o.load.futex);
+        o.load.config.user_stacks =
+            if a.user_stacks || o.load.futex { a.user_unwind.config_value() } else { USER_STACKS_OFF };
         o.cgroups = cgroups;
         let c = &mut o.load.config;
         c.type_mask = if a.types.is_empty() { u32::MAX } else { a.types.iter().fold(0, |m, t| m | t.bit()) };

@@ -12,7 +12,7 @@ use crate::{
     model::{parse_type, type_name},
     query::SortKey,
     report::{By, Format, GroupBy},
-    session::Mode,
+    session::{Mode, UserUnwind},
     workload::Workload,
 };
 
@@ -49,6 +49,11 @@ value_enum!(BackendChoice {
 value_enum!(Mode {
     Mode::Aggregate => "fold waits into per-CPU maps in the kernel, drained every second (lowest overhead)",
     Mode::Stream => "send every wait through the ring buffer",
+});
+
+value_enum!(UserUnwind {
+    UserUnwind::Copy => "copy the registers and top of the stack at the wait and unwind them from each binary's .eh_frame (code with or without frame pointers)",
+    UserUnwind::FramePointers => "the kernel's frame-pointer walk (cheaper; stops in code built without frame pointers)",
 });
 
 value_enum!(Format {

@@ -19,8 +19,8 @@ use profiler_common::{
 };
 
 use super::{
-    AggMaps, CgroupFilter, FutexMaps, KernelCounters, KernelStacks, KernelUserStacks, LoadOptions, PendingMaps,
-    ProgramFd, TracefsError, WaitBackend,
+    AggMaps, CgroupFilter, FutexMaps, KernelCounters, KernelStacks, KernelUnwindSink, KernelUserStacks, LoadOptions,
+    PendingMaps, ProgramFd, TracefsError, WaitBackend,
     attach_error::AttachError,
     backend::{BackendFailure, attach_tp_btf, attach_tracepoint},
     btf::{BtfError, Types},
@@ -471,6 +471,26 @@ impl Probes {
     /// Takes the user stack map (`--user-stacks`; once).
     pub fn take_user_stacks(&mut self) -> Result<KernelUserStacks, LoadError> {
         Ok(KernelUserStacks(HashMap::try_from(self.take(map::USER_STACKS)?).map_err(map_err(map::USER_STACKS))?))
+    }
+
+    /// The maps the user-stack unwinder writes (`--user-unwind copy`): takes
+    /// the plan map (once) and opens the user stack map a second time (call
+    /// before [`Self::take_user_stacks`]).
+    pub fn take_unwind_sink(&mut self) -> Result<KernelUnwindSink, LoadError> {
+        let roots = HashMap::try_from(self.take(map::UNWIND_ROOTS)?).map_err(map_err(map::UNWIND_ROOTS))?;
+        let plans = HashMap::try_from(self.take(map::UNWIND_PLANS)?).map_err(map_err(map::UNWIND_PLANS))?;
+        let stacks = self
+            .ebpf
+            .map(map::USER_STACKS)
+            .ok_or(LoadError::Map { name: map::USER_STACKS, detail: "missing or already taken".into() })?;
+        let fd = match stacks {
+            aya::maps::Map::LruHashMap(m) => m.fd().as_fd().try_clone_to_owned(),
+            _ => return Err(LoadError::Map { name: map::USER_STACKS, detail: "not an LRU hash map".into() }),
+        }
+        .map_err(|e| LoadError::Map { name: map::USER_STACKS, detail: e.to_string() })?;
+        let data = MapData::from_fd(fd).map_err(map_err(map::USER_STACKS))?;
+        let stacks = HashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(map_err(map::USER_STACKS))?;
+        Ok(KernelUnwindSink { roots, plans, stacks })
     }
 
     /// Takes the counters (once).

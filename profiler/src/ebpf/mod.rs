@@ -30,8 +30,8 @@ pub use floor::FloorProbes;
 pub use identities::{KernelIdentities, NamingMethods};
 pub use load::{LoadError, Probes};
 pub use maps::{
-    AggMaps, CgroupFilter, CounterValues, FutexMaps, KernelCounters, KernelStacks, KernelUserStacks, PendingMaps,
-    ProgramFd, RecursionMisses, merge_cpus, recursion_misses,
+    AggMaps, CgroupFilter, CounterValues, FutexMaps, KernelCounters, KernelStacks, KernelUnwindSink, KernelUserStacks,
+    PendingMaps, ProgramFd, RecursionMisses, merge_cpus, recursion_misses,
 };
 pub use object::{LoadOptions, object_bytes};
 pub use tracefs::{TraceFs, TracefsError};

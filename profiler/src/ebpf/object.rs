@@ -5,14 +5,14 @@
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
     Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, Layout,
-    OWNER_STACKS, TaskOffsets, TpOffsets,
+    OWNER_STACKS, TaskOffsets, TpOffsets, UNWIND_PLAN_ENTRIES, USER_STACKS_UNWIND, UserRegsLayout,
     futex::FUTEX_WAIT_ENTRIES,
     names::{self, map},
 };
 
 use super::{
     BackendChoice, TraceFs,
-    btf::{Types, layout},
+    btf::{Types, layout, user_regs_layout},
     kfuncs,
     probes::ProbeKind,
 };
@@ -104,13 +104,18 @@ pub(super) fn load_object(
         ..opts.config
     };
     let trampoline = super::probes::kretprobe_trampoline();
+    let user_regs = types.map_or(UserRegsLayout::UNKNOWN, user_regs_layout);
+    let unwind_entries = if opts.config.user_stacks == USER_STACKS_UNWIND { UNWIND_PLAN_ENTRIES } else { 1 };
     let ebpf = EbpfLoader::new()
         .override_global(names::CONFIG, &config, true)
         .override_global(names::KRETPROBE_TRAMPOLINE, &trampoline, true)
+        .override_global(names::USER_REGS_LAYOUT, &user_regs, true)
         .map_max_entries(map::EVENTS, opts.ringbuf_bytes)
         .map_max_entries(map::STACKS, opts.stack_entries)
         // The user stack map costs ~1 KiB per entry: sized only when used.
         .map_max_entries(map::USER_STACKS, if opts.config.user_stacks != 0 { opts.stack_entries } else { 1 })
+        .map_max_entries(map::UNWIND_ROOTS, unwind_entries)
+        .map_max_entries(map::UNWIND_PLANS, unwind_entries)
         .map_max_entries(map::PENDING, opts.pending_entries)
         .map_max_entries(map::FUTEX_WAITS, if opts.futex { FUTEX_WAIT_ENTRIES } else { 1 })
         .map_max_entries(

@@ -116,11 +116,17 @@ pub struct Losses {
     pub user_stacks_evicted: u64,
     /// Too many threads in futex waits at once (`--futex`): that wait not measured.
     pub futex_map_full: u64,
+    /// `--user-unwind copy`: stack copies dropped because the unwinder was
+    /// behind: those waits show no user stack.
+    pub unwind_dropped: u64,
+    /// Stack copies whose process was gone before its binaries were read:
+    /// only the innermost frame is kept.
+    pub unwind_process_gone: u64,
 }
 
 impl Losses {
     /// Every loss counter, in display order.
-    pub const LIST: [Field<Losses>; 19] = [
+    pub const LIST: [Field<Losses>; 21] = [
         field!(kernel(counter::RINGBUF_FULL), ringbuf_full),
         field!(kernel(counter::STACK_FAILED), stack_failed),
         field!(user::STACKS_EVICTED, stacks_evicted),
@@ -140,6 +146,8 @@ impl Losses {
         field!(user::USER_STACKS_UNPINNED, user_stacks_unpinned),
         field!(user::USER_STACKS_EVICTED, user_stacks_evicted),
         field!(kernel(counter::FUTEX_MAP_FULL), futex_map_full),
+        field!(user::UNWIND_DROPPED, unwind_dropped),
+        field!(user::UNWIND_PROCESS_GONE, unwind_process_gone),
     ];
 }
 
@@ -222,11 +230,33 @@ pub struct Bookkeeping {
     pub futex_interrupted: u64,
     /// Futex waits that failed otherwise (bad address, PI deadlock): not measured.
     pub futex_failed: u64,
+    /// `--user-unwind copy`: user stacks copied at a wait and sent to be
+    /// unwound (a call path not yet known by its signature).
+    pub user_stack_copies: u64,
+    /// Waits whose user stack was known by its signature: no copy.
+    pub user_stack_signed: u64,
+    /// Copies unwound.
+    pub unwind_stacks: u64,
+    /// Of those, stacks cut because they needed stack beyond the copy.
+    pub unwind_copy_short: u64,
+    /// Stacks cut where no unwind rule applied (no `.eh_frame` for the code,
+    /// and no frame pointer to follow).
+    pub unwind_no_rule: u64,
+    /// Stacks cut at the depth limit.
+    pub unwind_deep: u64,
+    /// Call paths that could not be given a signature (their ip's plan is
+    /// full): each of their waits is copied.
+    pub unwind_plan_full: u64,
+    /// Binaries the unwinder could not read or parse.
+    pub unwind_binaries_unreadable: u64,
+    /// Plan or signed-stack writes the kernel refused: those call paths
+    /// are copied again.
+    pub unwind_map_refused: u64,
 }
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 33] = [
+    pub const LIST: [Field<Bookkeeping>; 42] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -260,6 +290,15 @@ impl Bookkeeping {
         field!(kernel(counter::FUTEX_TIMED_OUT), futex_timed_out),
         field!(kernel(counter::FUTEX_INTERRUPTED), futex_interrupted),
         field!(kernel(counter::FUTEX_FAILED), futex_failed),
+        field!(kernel(counter::USER_STACK_COPIES), user_stack_copies),
+        field!(kernel(counter::USER_STACK_SIGNED), user_stack_signed),
+        field!(user::UNWIND_STACKS, unwind_stacks),
+        field!(user::UNWIND_COPY_SHORT, unwind_copy_short),
+        field!(user::UNWIND_NO_RULE, unwind_no_rule),
+        field!(user::UNWIND_DEEP, unwind_deep),
+        field!(user::UNWIND_PLAN_FULL, unwind_plan_full),
+        field!(user::UNWIND_BINARIES_UNREADABLE, unwind_binaries_unreadable),
+        field!(user::UNWIND_MAP_REFUSED, unwind_map_refused),
     ];
 }
 

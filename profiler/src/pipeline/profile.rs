@@ -72,6 +72,8 @@ pub struct UserStackTally {
     pub truncated: u64,
     /// Cut where the walk left mapped code (of those truncated).
     pub left_code: u64,
+    /// The unwinder's counts (`--user-unwind copy`).
+    pub unwind: crate::symbols::user::unwind::UnwindCounters,
 }
 
 /// No user-stack symbolizer: user frames are shown by their id.
@@ -685,6 +687,12 @@ impl<S: StackSource> ProfileBuilder<S> {
         meta.drops.losses.user_stacks_evicted = user.evicted;
         meta.drops.bookkeeping.user_stack_truncated = user.truncated;
         meta.drops.bookkeeping.user_stack_left_code = user.left_code;
+        let (u, b, l) = (user.unwind, &mut meta.drops.bookkeeping, &mut meta.drops.losses);
+        (l.unwind_dropped, l.unwind_process_gone) = (u.dropped, u.no_process);
+        (b.unwind_stacks, b.unwind_copy_short, b.unwind_no_rule, b.unwind_deep) =
+            (u.unwound, u.copy_short, u.no_rule, u.deep);
+        (b.unwind_plan_full, b.unwind_binaries_unreadable, b.unwind_map_refused) =
+            (u.plan_full, u.binaries_unreadable, u.map_refused);
         meta.drops.losses.stacks_evicted = self.resolver.evicted();
         meta.drops.bookkeeping.stacks_read = self.resolver.read();
         Profile { meta, locks, tasks, slowest, yield_to, cgroups, incident: None }

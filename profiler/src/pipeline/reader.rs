@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Msg,
-    record::{Record, decode},
+    record::{Record, decode, decode_copy},
 };
+use crate::symbols::user::unwind::CopySender;
 
 /// Reader bookkeeping, shared with the session.
 #[derive(Debug, Default)]
@@ -37,11 +38,27 @@ pub struct ReaderStats {
 /// the stack to be read at the next snapshot.
 pub type Pins = mpsc::Sender<StackId>;
 
-/// Moves every available record into `out` (new user stacks into `pins`);
-/// counts them.
-pub fn drain(ring: &mut RingBuf<MapData>, out: &mut Vec<Record>, stats: &ReaderStats, pins: Option<&Pins>) {
+/// Where user stacks go: announcements of new ones to be pinned, copies
+/// to be unwound.
+#[derive(Clone, Default)]
+pub struct UserStackSinks {
+    pub pins: Option<Pins>,
+    pub copies: Option<CopySender>,
+}
+
+/// Moves every available record into `out` (new user stacks and copies
+/// into `user`); counts them.
+pub fn drain(ring: &mut RingBuf<MapData>, out: &mut Vec<Record>, stats: &ReaderStats, user: &UserStackSinks) {
+    let pins = user.pins.as_ref();
     let mut received = 0u64;
     while let Some(item) = ring.next() {
+        if let Some(copy) = decode_copy(&item) {
+            if let Some(c) = &user.copies {
+                c.send(copy);
+            }
+            received += 1;
+            continue;
+        }
         match decode(&item) {
             Ok(Record::UserStack(u)) => {
                 if let Some(p) = pins {
@@ -76,9 +93,9 @@ pub async fn run(
     stop: CancellationToken,
     stats: Arc<ReaderStats>,
     poll: std::time::Duration,
-    pins: Option<Pins>,
+    user: UserStackSinks,
 ) -> std::io::Result<RingBuf<MapData>> {
-    let pins = pins.as_ref();
+    let pins = &user;
     // SAFETY: the ring buffer owns its map fd, which stays open and unchanged
     // for as long as the AsyncFd owns the ring buffer.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| e.into_parts().1)?;

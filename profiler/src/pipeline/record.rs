@@ -2,8 +2,8 @@
 //! its kind; the kind says which layout follows and how long it must be.
 
 use profiler_common::{
-    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_USER_STACK, EVENT_YIELD,
-    UserStackEvent, YieldEvent, record_size,
+    ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_HOLD, EVENT_OUTLIER, EVENT_USER_STACK,
+    EVENT_USER_STACK_COPY, EVENT_YIELD, UserStackCopy, UserStackEvent, YieldEvent, record_size,
 };
 
 /// One record from the kernel.
@@ -50,6 +50,16 @@ fn read_pod<T: aya::Pod>(bytes: &[u8]) -> T {
     // bytes; T is aya::Pod (repr(C), valid for any bit pattern), and
     // read_unaligned makes no alignment assumption.
     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+}
+
+/// A user stack copy, boxed (8 KiB): None for any other record, or a
+/// copy of the wrong size (then [`decode`] says why).
+pub fn decode_copy(bytes: &[u8]) -> Option<Box<UserStackCopy>> {
+    let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+    if kind != EVENT_USER_STACK_COPY || bytes.len() != std::mem::size_of::<UserStackCopy>() {
+        return None;
+    }
+    Some(Box::new(read_pod(bytes)))
 }
 
 /// Decodes one record by its tag.

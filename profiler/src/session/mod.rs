@@ -15,16 +15,17 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use profiler_common::{ContentionEvent, EVENT_CONTENTION, StackId, counter};
+use profiler_common::{ContentionEvent, EVENT_CONTENTION, StackId, USER_STACKS_UNWIND, counter};
 use tokio::{
     sync::{mpsc, watch},
     task::JoinHandle,
 };
 use tokio_util::sync::CancellationToken;
 
-pub use options::{CgroupOptions, Mode, SessionOptions, defaults};
+pub use options::{CgroupOptions, Mode, SessionOptions, UserUnwind, defaults};
 
 use self::housekeeping::Housekeeping;
+
 use crate::{
     cgroups::{CgroupFs, CgroupTree},
     ebpf::{KernelStacks, LoadError, Probes, ProgramFd, features::kernel_release, recursion_misses},
@@ -37,9 +38,19 @@ use crate::{
     },
     symbols::{
         Kallsyms, Resolver,
-        user::{BlazeSymbolizer, UserResolver},
+        user::{
+            BlazeSymbolizer, UserResolver,
+            unwind::{self, UnwindStats, Unwound, UnwoundOr},
+        },
     },
 };
+
+/// The user-stack unwinder's parts, from prepare to start.
+struct Unwinding {
+    sink: crate::ebpf::KernelUnwindSink,
+    unwound: Unwound,
+    stats: Arc<UnwindStats>,
+}
 
 /// New user stacks announced but not yet pinned, at most (more wait for the
 /// next snapshot, and may be read after their process exited).
@@ -54,6 +65,9 @@ pub enum SessionError {
     /// The ring buffer could not be registered with the async reactor.
     #[error("ring buffer reader: {0}")]
     Reader(#[from] std::io::Error),
+    /// The user-stack unwinder thread could not start (`--user-unwind copy`).
+    #[error("cannot start the user-stack unwinder thread: {0}")]
+    Unwinder(#[source] std::io::Error),
     /// The user-stack symbolizer could not start (`--user-stacks`).
     #[error(transparent)]
     UserSymbols(#[from] crate::symbols::user::UserSymbolsError),
@@ -231,7 +245,15 @@ impl Session {
         let mut builder = ProfileBuilder::new(Resolver::new(Arc::new(kallsyms), probes.take_stacks()?))
             .with_identities(Box::new(probes.take_identities()?))
             .with_task_names(task_comm);
-        if opts.load.config.user_stacks != 0 {
+        let mut unwind = None;
+        if opts.load.config.user_stacks == USER_STACKS_UNWIND {
+            let sink = probes.take_unwind_sink()?;
+            let (unwound, stats) = (Unwound::default(), Arc::new(UnwindStats::default()));
+            let source =
+                UnwoundOr { unwound: unwound.clone(), kernel: probes.take_user_stacks()?, stats: stats.clone() };
+            builder = builder.with_user_stacks(Box::new(UserResolver::new(source, BlazeSymbolizer::new()?)));
+            unwind = Some(Unwinding { sink, unwound, stats });
+        } else if opts.load.config.user_stacks != 0 {
             let resolver = UserResolver::new(probes.take_user_stacks()?, BlazeSymbolizer::new()?);
             builder = builder.with_user_stacks(Box::new(resolver));
         }
@@ -261,7 +283,7 @@ impl Session {
             program_fds: probes.program_fds(),
             refused: Default::default(),
         };
-        Ok(Prepared { opts, probes, ring, builder, hk, store })
+        Ok(Prepared { opts, probes, ring, builder, hk, store, unwind })
     }
 }
 
@@ -276,6 +298,8 @@ pub struct Prepared {
     hk: Housekeeping,
     /// The incident directory, opened (with triggers).
     store: Option<Store>,
+    /// `--user-unwind copy`: the unwinder's maps and tables.
+    unwind: Option<Unwinding>,
 }
 
 impl Prepared {
@@ -287,7 +311,7 @@ impl Prepared {
 
     /// Starts the pipeline tasks. Must run inside a tokio runtime.
     pub fn start(self) -> Result<Session, SessionError> {
-        let Prepared { opts, mut probes, ring, builder, hk, store } = self;
+        let Prepared { opts, mut probes, ring, builder, hk, store, unwind } = self;
         let mode = opts.mode();
         let stop = CancellationToken::new();
         let logger = if opts.ebpf_logs {
@@ -329,8 +353,19 @@ impl Prepared {
         } else {
             (None, None)
         };
+        let copies = match (unwind, &pins) {
+            (Some(u), Some(p)) => {
+                let p = p.clone();
+                let announce = move |id| {
+                    let _ = p.try_send(id);
+                };
+                Some(unwind::spawn(u.sink, u.unwound, u.stats, announce).map_err(SessionError::Unwinder)?)
+            }
+            _ => None,
+        };
+        let user = reader::UserStackSinks { pins, copies };
         let reader =
-            tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval, pins));
+            tokio::spawn(reader::run(ring, tx.clone(), stop.clone(), reader_stats.clone(), opts.poll_interval, user));
         let housekeeper = tokio::spawn(hk.run(tx, stop.clone(), opts.publish_interval));
         let base = Meta {
             backend: probes.backend().name().to_string(),

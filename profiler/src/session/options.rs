@@ -17,6 +17,34 @@ pub enum Mode {
     Stream,
 }
 
+/// How user stacks are taken (`--user-unwind`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum UserUnwind {
+    /// A copy of the stack, unwound in userspace from `.eh_frame`.
+    #[default]
+    Copy,
+    /// The kernel's frame-pointer walk.
+    FramePointers,
+}
+
+impl UserUnwind {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UserUnwind::Copy => "copy",
+            UserUnwind::FramePointers => "fp",
+        }
+    }
+
+    /// The `Config::user_stacks` value when user stacks are on.
+    pub fn config_value(self) -> u32 {
+        match self {
+            UserUnwind::Copy => profiler_common::USER_STACKS_UNWIND,
+            UserUnwind::FramePointers => profiler_common::USER_STACKS_FRAME_POINTERS,
+        }
+    }
+}
+
 impl Mode {
     /// Stable name.
     pub fn name(self) -> &'static str {

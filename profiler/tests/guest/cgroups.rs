@@ -53,7 +53,7 @@ pub fn filter(backend: BackendChoice) -> Check {
     let (in_path, out_path) = (format!("/lockprof-{b}-in"), format!("/lockprof-{b}-out"));
     let mut unfiltered = session(backend, &fs, None)?;
     // The user-stack check of this backend reads this recording first.
-    unfiltered.load.config.user_stacks = 1;
+    unfiltered.load.config.user_stacks = profiler_common::USER_STACKS_UNWIND;
     let start = || Ok((CStorm::start(4, Some(&inside.dir))?, CStorm::start(4, Some(&outside.dir))?));
     let both = |ps: &[&Profile], (a, o): &(CStorm, CStorm)| {
         checks::cgroup_filtered(ps[0], in_id, a.pid, o.pid).is_ok()

@@ -202,7 +202,7 @@ pub fn mutex_waits() -> Check {
     let (pid, addr) = (storm.pid, storm.mutex);
     let mut o = waits_only(BackendChoice::Auto);
     o.load.futex = true;
-    o.load.config.user_stacks = 1;
+    o.load.config.user_stacks = profiler_common::USER_STACKS_UNWIND;
     o.load.config.filter_tgid = 1;
     o.load.tgids = vec![pid];
     let seen = |ps: &[&Profile], w: &FutexStorm| mutex(ps[0], w).is_some();

@@ -27,17 +27,28 @@ pub fn remember(backend: BackendChoice, p: Profile) {
     recordings().lock().unwrap_or_else(|e| e.into_inner()).insert(backend.name(), p);
 }
 
+/// The writer chain is there, taken the default way: unwound from copies
+/// of the stack (some copied, the rest known by their signatures).
 fn verdict(p: &Profile, of: &str) -> Check {
     let d = &p.meta.drops;
-    checks::user_writer_stack(p).map(|what| format!("{what} (in {of}, {:.1} s)", p.meta.duration_s)).map_err(|e| {
-        format!(
-            "{e} (in {of}, {:.1} s; user stacks stored {}, unpinned {}, evicted {})",
-            p.meta.duration_s,
-            d.bookkeeping.user_stacks_stored,
-            d.losses.user_stacks_unpinned,
-            d.losses.user_stacks_evicted
-        )
-    })
+    let (copies, signed) = (d.bookkeeping.user_stack_copies, d.bookkeeping.user_stack_signed);
+    let unwound = if copies > 0 && d.bookkeeping.unwind_stacks > 0 {
+        Ok(())
+    } else {
+        Err(format!("no user stack was copied and unwound ({copies} copies, {} unwound)", d.bookkeeping.unwind_stacks))
+    };
+    unwound
+        .and_then(|()| checks::user_writer_stack(p))
+        .map(|what| format!("{what} (in {of}, {:.1} s; {copies} stacks copied, {signed} signed)", p.meta.duration_s))
+        .map_err(|e| {
+            format!(
+                "{e} (in {of}, {:.1} s; user stacks copied {copies}, signed {signed}, failed {}, unpinned {}, evicted {})",
+                p.meta.duration_s,
+                d.losses.user_stack_failed,
+                d.losses.user_stacks_unpinned,
+                d.losses.user_stacks_evicted
+            )
+        })
 }
 
 /// The check on `backend`.
@@ -49,7 +60,7 @@ pub fn writer(backend: BackendChoice) -> Check {
         return Ok(what);
     }
     let mut o = waits_only(backend);
-    o.load.config.user_stacks = 1;
+    o.load.config.user_stacks = profiler_common::USER_STACKS_UNWIND;
     let start = || CStorm::start(4, None);
     let seen = |ps: &[&Profile], _: &CStorm| checks::user_writer_stack(ps[0]).is_ok();
     let (mut ps, storm) = record_while(vec![o], start, seen, CStorm::pause)?;

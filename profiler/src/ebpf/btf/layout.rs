@@ -2,7 +2,7 @@
 //! `task_struct` members of yield_to targets and the [`Layout`] of the
 //! structures behind lock identities and mutex spins.
 
-use profiler_common::{Layout, TaskOffsets, UNKNOWN_OFFSET};
+use profiler_common::{Layout, TaskOffsets, UNKNOWN_OFFSET, UserRegsLayout};
 
 use super::types::{BtfError, Types};
 
@@ -69,6 +69,19 @@ pub fn layout(t: &Types<'_>) -> Layout {
         cgroup_kn: first(t, "cgroup", &["kn"]),
         kernfs_node_id: first(t, "kernfs_node", &["id"]),
         task_nvcsw: first(t, "task_struct", &["nvcsw"]),
+    }
+}
+
+/// The kernel stack's size (`THREAD_SIZE`) on the architectures lockprof
+/// runs on: 16 KiB on x86_64 and arm64 (kernels built with KASAN double it;
+/// the programs then find no user state where they look and take no copy).
+const THREAD_SIZE: u32 = 16 << 10;
+
+/// Where a task's user registers are ([`UserRegsLayout`]).
+pub fn user_regs_layout(t: &Types<'_>) -> UserRegsLayout {
+    UserRegsLayout {
+        task_stack: first(t, "task_struct", &["stack"]),
+        stack_user_regs: t.struct_size("pt_regs").map_or(UNKNOWN_OFFSET, |size| THREAD_SIZE.saturating_sub(size)),
     }
 }
 

@@ -12,9 +12,12 @@ pub use futex::FutexMaps;
 pub use pending::PendingMaps;
 
 use aya::maps::{HashMap, MapData};
-use profiler_common::{StackId, StoredStack, StoredUserStack};
+use profiler_common::{StackId, StoredStack, StoredUserStack, UnwindPlan, UnwindPlanKey};
 
-use crate::symbols::{StackSource, user::UserStackSource};
+use crate::symbols::{
+    StackSource,
+    user::{UserStackSource, unwind::UnwindSink},
+};
 
 /// The kernel stack map as a [`StackSource`].
 pub struct KernelStacks(pub(crate) HashMap<MapData, StackId, StoredStack>);
@@ -31,6 +34,28 @@ pub struct KernelUserStacks(pub(crate) HashMap<MapData, StackId, StoredUserStack
 impl UserStackSource for KernelUserStacks {
     fn get(&self, id: StackId) -> Option<(u32, Vec<u64>)> {
         self.0.get(&id, 0).ok().map(|st| (st.tgid, st.frames().to_vec()))
+    }
+}
+
+/// The maps the user-stack unwinder writes: plans, and signed stacks in
+/// the user stack map (a second handle on it).
+pub struct KernelUnwindSink {
+    pub(crate) roots: HashMap<MapData, UnwindPlanKey, u32>,
+    pub(crate) plans: HashMap<MapData, UnwindPlanKey, UnwindPlan>,
+    pub(crate) stacks: HashMap<MapData, StackId, StoredUserStack>,
+}
+
+impl UnwindSink for KernelUnwindSink {
+    fn set_root(&mut self, key: UnwindPlanKey, root: u32) -> bool {
+        self.roots.insert(key, root, 0).is_ok()
+    }
+
+    fn set_plan(&mut self, key: UnwindPlanKey, plan: &UnwindPlan) -> bool {
+        self.plans.insert(key, plan, 0).is_ok()
+    }
+
+    fn set_stack(&mut self, id: StackId, stack: &StoredUserStack) -> bool {
+        self.stacks.insert(id, stack, 0).is_ok()
     }
 }
 

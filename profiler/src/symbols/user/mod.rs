@@ -16,6 +16,7 @@ mod resolver;
 mod symbolize;
 #[cfg(test)]
 mod tests;
+pub mod unwind;
 mod worker;
 
 use std::sync::Arc;

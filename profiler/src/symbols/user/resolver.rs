@@ -13,6 +13,10 @@ use crate::pipeline::{UserStackTally, UserStacks};
 pub trait UserStackSource: Send {
     /// The process and frames (innermost first) of user stack `id`, if known.
     fn get(&self, id: StackId) -> Option<(u32, Vec<u64>)>;
+    /// The unwinder's counts, when stacks come from copies.
+    fn unwind(&self) -> Option<super::unwind::UnwindCounters> {
+        None
+    }
 }
 
 impl UserStackSource for HashMap<StackId, (u32, Vec<u64>)> {
@@ -90,7 +94,13 @@ impl<S: UserStackSource, Y: UserSymbolizer + Send> UserStacks for UserResolver<S
 
     fn counters(&self) -> UserStackTally {
         let c = self.symbolizer.counters();
-        UserStackTally { unpinned: c.unpinned, evicted: self.evicted, truncated: c.truncated, left_code: c.left_code }
+        UserStackTally {
+            unpinned: c.unpinned,
+            evicted: self.evicted,
+            truncated: c.truncated,
+            left_code: c.left_code,
+            unwind: self.source.unwind().unwrap_or_default(),
+        }
     }
 }
 
