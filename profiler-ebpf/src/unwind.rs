@@ -189,6 +189,8 @@ fn signature(buf: &UserStackCopy, len: usize) -> StackId {
 /// return address, from the slot userspace found for its ip; false before
 /// userspace knows it.
 #[inline(always)]
+// Looking up by reference: the key stays in map memory, off the stack.
+#[allow(clippy::needless_borrows_for_generic_args)]
 fn plan_key(s: &mut CopyScratch) -> bool {
     let buf = &s.copy;
     s.key = UnwindPlanKey { tgid: buf.tgid, _pad: 0, ip: buf.regs.ip, ra: 0 };
@@ -220,6 +222,8 @@ fn plan_key(s: &mut CopyScratch) -> bool {
 /// counters say what failed), so that its frame stays within what the
 /// pre-6.2 begin programs leave (512 bytes combined).
 #[inline(never)]
+// Looking up by reference: the keys stay in map memory, off the stack.
+#[allow(clippy::needless_borrows_for_generic_args)]
 pub fn capture_copy(tgid: u32) -> StackId {
     let cfg = config();
     let Some(scratch) = USER_STACK_COPY_SCRATCH.get_ptr_mut(0) else {

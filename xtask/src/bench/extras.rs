@@ -158,7 +158,7 @@ pub fn futex_program_costs(threads: usize, secs: f64) -> Result<Vec<FutexProgCos
 }
 
 /// The tracers of the cost table: label and arguments.
-const COST_TRACERS: [(&str, &[&str]); 10] = [
+const COST_TRACERS: [(&str, &[&str]); 12] = [
     ("floor", &["floor"]),
     ("lockprof (default)", &["record", "--format", "json", "--top", "1"]),
     ("lockprof --no-owners", &["record", "--format", "json", "--top", "1", "--no-owners"]),
@@ -167,10 +167,18 @@ const COST_TRACERS: [(&str, &[&str]); 10] = [
     ("lockprof --mode stream", &["record", "--format", "json", "--top", "1", "--mode", "stream"]),
     ("lockprof --owner-stacks", &["record", "--format", "json", "--top", "1", "--owner-stacks"]),
     ("lockprof --user-stacks", &["record", "--format", "json", "--top", "1", "--user-stacks"]),
+    (
+        "lockprof --user-stacks --user-unwind fp",
+        &["record", "--format", "json", "--top", "1", "--user-stacks", "--user-unwind", "fp"],
+    ),
     ("lockprof --futex", &["record", "--format", "json", "--top", "1", "--futex"]),
     (
         "lockprof --user-stacks --stack-rate 0",
         &["record", "--format", "json", "--top", "1", "--user-stacks", "--stack-rate", "0"],
+    ),
+    (
+        "lockprof --user-stacks --user-unwind fp --stack-rate 0",
+        &["record", "--format", "json", "--top", "1", "--user-stacks", "--user-unwind", "fp", "--stack-rate", "0"],
     ),
 ];
 
