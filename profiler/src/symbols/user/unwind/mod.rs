@@ -55,6 +55,9 @@ pub type Unwound = Arc<Mutex<HashMap<StackId, (u32, Vec<u64>)>>>;
 pub struct UnwindStats {
     /// Copies unwound.
     pub unwound: AtomicU64,
+    /// Copies whose stack was already known by its signature (taken before
+    /// the programs learned it): not unwound again.
+    pub known: AtomicU64,
     /// Of those, stacks that reached their outermost frame.
     pub complete: AtomicU64,
     /// Stacks cut because the unwind needed stack beyond the copy.
@@ -200,6 +203,13 @@ impl<S: UnwindSink> Worker<S> {
         let len = (copy.len as usize / 8).min(copy.words.len());
         let c = Copy { regs: copy.regs, words: &copy.words[..len] };
         let tgid = copy.tgid;
+        if let Some(frames) = self.known(&c, tgid) {
+            // A copy taken before the programs learned its signature (a
+            // storm's first milliseconds queue many): no unwind.
+            bump(&self.stats.known);
+            self.keep(copy.id, tgid, frames);
+            return vec![copy.id];
+        }
         if !ensure_process(&mut self.processes, &mut self.binaries, &self.stats, tgid, c.regs.ip) {
             bump(&self.stats.no_process);
             self.keep(copy.id, tgid, vec![c.regs.ip]);
@@ -248,6 +258,22 @@ impl<S: UnwindSink> Worker<S> {
             None => bump(&self.stats.plan_full),
         }
         ids
+    }
+
+    /// The frames of copy `c` when its signature under the plan learned for
+    /// it is already known: equal words at the slots its unwinding depends
+    /// on are the same stack (see `profiler_common::UnwindPlan`).
+    fn known(&self, c: &Copy<'_>, tgid: u32) -> Option<Vec<u64>> {
+        let word = |s: u16| c.words.get(usize::from(s)).copied().unwrap_or(0);
+        let key = UnwindPlanKey { tgid, _pad: 0, ip: c.regs.ip, ra: 0 };
+        let ra = match *self.roots.get(&key)? {
+            ROOT_LR => c.regs.lr,
+            ROOT_NONE => 0,
+            slot => c.words.get(usize::try_from(slot).ok()?).copied()?,
+        };
+        let plan = self.plans.get(&UnwindPlanKey { ra, ..key })?;
+        let sig = signature(tgid, &c.regs, plan, word);
+        self.unwound.lock().ok()?.get(&sig).map(|(_, frames)| frames.clone())
     }
 
     /// The plan for `key` that covers `slots` and `flags` (given to the

@@ -178,9 +178,16 @@ fn a_copy_is_kept_under_its_id_and_taught_by_its_signature() {
     let c = stats.snapshot();
     assert_eq!((c.unwound, c.signatures), (1, 1));
     drop((s, t));
-    // The same stack under the plan the programs now have: no new plan.
-    let again = w.unwind(&copy_of(regs, &stack, plan, 78));
-    assert_eq!(again, vec![78, sig]);
+    // The same stack again (queued before the programs learned its
+    // signature): known, kept under its own id, not unwound again.
+    let again = w.unwind(&copy_of(regs, &stack, UnwindPlan::EMPTY, 78));
+    assert_eq!(again, vec![78]);
+    {
+        let t = unwound.lock().expect("lock");
+        assert_eq!(t[&78], t[&sig]);
+    }
+    assert_eq!(stats.known.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.snapshot().unwound, 1, "not unwound twice");
     assert_eq!(sink.lock().expect("lock").plans.len(), 1);
     assert_eq!(sink.lock().expect("lock").roots.len(), 1);
     // A process that is gone keeps its innermost frame.
