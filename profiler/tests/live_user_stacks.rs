@@ -134,6 +134,14 @@ impl Drop for Workload {
     }
 }
 
+/// A 2 s recording of process `pid` with user stacks and every wait's
+/// stack walked (`--stack-rate 0`), plus `extra`: its JSON report.
+fn record_pid(pid: u32, extra: &[&str]) -> serde_json::Value {
+    let pid = pid.to_string();
+    let base = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
+    json(&run_ok(&[&base[..], extra].concat(), &[]))
+}
+
 /// `lockprof <args>`, which must succeed: its stdout.
 fn run_ok(args: &[&str], paths: &[&Path]) -> Vec<u8> {
     let out = lockprof().args(args).args(paths).output().expect("run lockprof");
@@ -344,10 +352,8 @@ fn glibc_write_hides_its_direct_caller_from_frame_pointers_only() {
     let w = Workload::start(&bin, "libc", 60, 4);
     let (framed, asm) = libc_write_has_frame(w.pid);
     eprintln!("glibc's write sets up a frame: {framed}\n{asm}");
-    let pid = w.pid.to_string();
-    let args = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
-    let fp = json(&run_ok(&[&args[..], &["--user-unwind", "fp"]].concat(), &[]));
-    let copy = json(&run_ok(&args, &[]));
+    let fp = record_pid(w.pid, &["--user-unwind", "fp"]);
+    let copy = record_pid(w.pid, &[]);
     drop(w);
     let chain = ["lockprof_test_libc_writer", "lockprof_test_libc_loop", "lockprof_test_libc_thread"];
 
@@ -440,9 +446,7 @@ fn frameless_c_shows_its_own_functions_above_glibc() {
 
     // Its pipe-mutex waits: the writer, its loop and its thread above write().
     let w = Workload::start(&bin, "libc", 60, 4);
-    let pid = w.pid.to_string();
-    let args = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
-    let v = json(&run_ok(&args, &[]));
+    let v = record_pid(w.pid, &[]);
     drop(w);
     let (stacks, on_pipe) = libc_write_stacks(&v);
     let chain = ["lockprof_test_libc_writer", "lockprof_test_libc_loop", "lockprof_test_libc_thread"];
@@ -463,22 +467,13 @@ fn frameless_c_shows_its_own_functions_above_glibc() {
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
     out.read_line(&mut line).expect("ready line");
-    let pid = line.split_whitespace().nth(1).unwrap_or_else(|| panic!("the workload said {line:?}")).to_string();
+    let pid: u32 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the workload said {line:?}"));
     stdin.write_all(b"go\n").expect("go");
-    let args = [
-        "record",
-        "--futex",
-        "--user-stacks",
-        "--stack-rate",
-        "0",
-        "--pid",
-        &pid,
-        "--duration",
-        "2",
-        "--format",
-        "json",
-    ];
-    let v = json(&run_ok(&args, &[]));
+    let v = record_pid(pid, &["--futex"]);
     stdin.write_all(b"stop\n").expect("stop");
     drop(stdin);
     let _ = child.kill();
@@ -511,21 +506,7 @@ fn frameless_rust_shows_its_frames() {
         .expect("run rustc");
     assert!(out.status.success(), "rustc failed: {}", String::from_utf8_lossy(&out.stderr));
     let w = Workload::start_args(&bin, &["60"]);
-    let pid = w.pid.to_string();
-    let args = [
-        "record",
-        "--futex",
-        "--user-stacks",
-        "--stack-rate",
-        "0",
-        "--pid",
-        &pid,
-        "--duration",
-        "2",
-        "--format",
-        "json",
-    ];
-    let v = json(&run_ok(&args, &[]));
+    let v = record_pid(w.pid, &["--futex"]);
     drop(w);
     let chain = ["unwindme::unwindme_take_lock", "unwindme::unwindme_worker_loop"];
     assert_chain(&v, &chain);
