@@ -233,7 +233,9 @@ impl<S: UnwindSink> Worker<S> {
         self.keep(copy.id, tgid, w.frames.clone());
         let (root, ra) = root_of(&w, &c);
         let key = UnwindPlanKey { tgid, _pad: 0, ip: c.regs.ip, ra: 0 };
-        if self.roots.get(&key) != Some(&root) {
+        // Given again when the programs found no plan: their LRU map may
+        // have forgotten the root (as `learn` gives a forgotten plan again).
+        if self.roots.get(&key) != Some(&root) || copy.plan.n == 0 {
             if !self.sink.set_root(key, root) {
                 bump(&self.stats.map_refused);
             }
