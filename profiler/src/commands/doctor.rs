@@ -1,4 +1,7 @@
-//! `lockprof doctor`: what this kernel supports.
+//! `lockprof doctor`: what this kernel supports, and which running
+//! binaries user stacks cannot be unwound through.
+
+mod unwinding;
 
 use std::fmt::Write as _;
 
@@ -10,6 +13,7 @@ use crate::{
     cgroups::{CgroupError, CgroupFs},
     cli::DoctorArgs,
     ebpf::features,
+    symbols::user::unwind::{self, AuditError, UnwindAudit},
 };
 
 fn yes(b: bool) -> &'static str {
@@ -62,7 +66,8 @@ fn futex_text(have: &[String]) -> String {
     }
 }
 
-/// `doctor --json`: the kernel's facts, and the cgroup v2 mount.
+/// `doctor --json`: the kernel's facts, the cgroup v2 mount, and the
+/// running binaries without unwind information.
 #[derive(Serialize)]
 struct DoctorJson<'a> {
     #[serde(flatten)]
@@ -73,11 +78,22 @@ struct DoctorJson<'a> {
     cgroup_hybrid: bool,
     /// The doctor's text line on cgroups.
     cgroup_detail: String,
+    /// The survey of the running binaries for `--user-stacks` (none if
+    /// /proc could not be listed).
+    user_unwinding: Option<&'a UnwindAudit>,
+    /// The doctor's summary line on it, or why there is none.
+    user_unwinding_detail: String,
 }
 
 /// Renders the doctor's findings as text (`verbose`: with the verifier's
-/// logs); `cgroups` is what [`CgroupFs::discover`] found.
-pub fn render_doctor(d: &features::Doctor, cgroups: &Result<CgroupFs, CgroupError>, verbose: bool) -> String {
+/// logs); `cgroups` is what [`CgroupFs::discover`] found, `binaries` what
+/// [`unwind::audit`] found.
+pub fn render_doctor(
+    d: &features::Doctor,
+    cgroups: &Result<CgroupFs, CgroupError>,
+    binaries: &Result<UnwindAudit, AuditError>,
+    verbose: bool,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "kernel:            {}", d.kernel);
     let _ = writeln!(
@@ -184,6 +200,7 @@ pub fn render_doctor(d: &features::Doctor, cgroups: &Result<CgroupFs, CgroupErro
     for why in &m.missing {
         let _ = writeln!(s, "  - {why}");
     }
+    s.push_str(&unwinding::unwinding_text(binaries));
     s
 }
 
@@ -191,17 +208,20 @@ pub fn render_doctor(d: &features::Doctor, cgroups: &Result<CgroupFs, CgroupErro
 pub fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
     let d = features::run();
     let cgroups = CgroupFs::discover();
+    let binaries = unwind::audit();
     if args.json {
         let out = DoctorJson {
             doctor: &d,
             cgroup_v2: cgroups.as_ref().ok().map(|fs| fs.root().display().to_string()),
             cgroup_hybrid: cgroups.as_ref().is_ok_and(CgroupFs::hybrid),
             cgroup_detail: cgroup_text(&cgroups),
+            user_unwinding: binaries.as_ref().ok(),
+            user_unwinding_detail: unwinding::unwinding_summary(&binaries),
         };
         let json = serde_json::to_string_pretty(&out).context("serializing the findings as JSON")?;
         print_stdout(&(json + "\n")).context("writing the findings")?;
     } else {
-        print_stdout(&render_doctor(&d, &cgroups, args.verbose > 0)).context("writing the findings")?;
+        print_stdout(&render_doctor(&d, &cgroups, &binaries, args.verbose > 0)).context("writing the findings")?;
     }
     Ok(())
 }

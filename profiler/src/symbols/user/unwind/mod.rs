@@ -5,7 +5,9 @@
 //! programs the stack's signature so the same call path is not copied again
 //! (see `profiler_common::UnwindPlan`).
 
+mod audit;
 mod modules;
+mod prologue;
 mod walk;
 
 use std::{
@@ -25,6 +27,7 @@ use profiler_common::{
 };
 use serde::Serialize;
 
+pub use self::audit::{AuditError, FramePointers, MappedBinary, ReadError, UnwindAudit, UnwindInfo, Verdict, audit};
 use self::{
     modules::{Binaries, ProcessModule},
     walk::{Copy, End, NativeCache, NativeUnwinder},

@@ -158,12 +158,34 @@ impl Binaries {
     }
 }
 
-/// The mapped file's bytes: through `/proc/<pid>/map_files` (the very file,
-/// even deleted or in another mount namespace), else the process's root.
+/// The mapped file's bytes, from the first of [`binary_paths`] that reads.
 fn read_binary(pid: u32, m: &Mapping) -> Option<Vec<u8>> {
+    binary_paths(pid, m).iter().find_map(|p| {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut open_regular(p).ok()?, &mut bytes).ok()?;
+        Some(bytes)
+    })
+}
+
+/// `path` opened for reading if it is a regular file: never blocking on a
+/// FIFO or a device a traced process put where its binary was.
+pub(crate) fn open_regular(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    if file.metadata()?.file_type().is_file() {
+        Ok(file)
+    } else {
+        Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"))
+    }
+}
+
+/// Where process `pid`'s mapped file can be opened, best first: through
+/// `/proc/<pid>/map_files` (the very file, even deleted or in another mount
+/// namespace), else under the process's root.
+pub(crate) fn binary_paths(pid: u32, m: &Mapping) -> [PathBuf; 2] {
     let by_range = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
     let rooted = Path::new(&format!("/proc/{pid}/root")).join(m.path.trim_start_matches('/'));
-    fs::read(by_range).or_else(|_| fs::read(rooted)).ok()
+    [by_range, rooted]
 }
 
 #[cfg(test)]
