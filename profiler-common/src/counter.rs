@@ -182,6 +182,10 @@ pub mod user {
     pub const UNWIND_BINARIES_UNREADABLE: &str = "unwind_binaries_unreadable";
     /// Plan or signed-stack writes the kernel refused.
     pub const UNWIND_MAP_REFUSED: &str = "unwind_map_refused";
+    /// Separate debug files fetched from debuginfod.
+    pub const DEBUGINFOD_FETCHED: &str = "debuginfod_fetched";
+    /// Binaries whose debug file debuginfod did not give.
+    pub const DEBUGINFOD_MISSED: &str = "debuginfod_missed";
     /// Waits folded into the `[other]` cgroup row.
     pub const CGROUP_KEYS_OVERFLOW: &str = "cgroup_keys_overflow";
     /// Waits still open at stop, measured up to the stop.

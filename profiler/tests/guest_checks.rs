@@ -37,6 +37,7 @@ fn lock(name: Option<&str>, ty: LockType, mode: LockMode, caller: &str) -> LockP
         slab: None,
         field: None,
         addresses: None,
+        processes: None,
         owners: Vec::new(),
         wait: stats(LOCK_SIGFIG, &[1_000, 2_000]),
         hold: None,

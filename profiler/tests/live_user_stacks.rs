@@ -8,8 +8,11 @@
 //! distributions build (no frame pointers, no debug information), the C
 //! workload and a Rust one (`tests/data/unwind/frameless.rs`) must show
 //! their own functions above glibc's and std's in their futex and pipe
-//! waits. Skips, saying why, without root, the lock
-//! tracepoints, `cc`, `objdump` or `go`; with `CI=true` those are failures.
+//! waits. Stripped, the C workload must be named again from its separate
+//! debug file (`--debug-dir`, and debuginfod from a local server); Node's
+//! JIT code must be named from its perf map. Skips, saying why, without
+//! root, the lock tracepoints, `cc`, `objdump`, `go`, `python3`,
+//! `debuginfod-find` or `node`; with `CI=true` those are failures.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -111,7 +114,12 @@ impl Workload {
 
     /// Starts `bin args` and waits for its `ready <pid>` line.
     fn start_args(bin: &Path, args: &[&str]) -> Workload {
-        let mut child = Command::new(bin).args(args).stdout(Stdio::piped()).spawn().expect("spawn the workload");
+        Workload::start_in(Command::new(bin).args(args))
+    }
+
+    /// Starts `cmd` and waits for its `ready <pid>` line.
+    fn start_in(cmd: &mut Command) -> Workload {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn the workload");
         let mut line = String::new();
         let stdout = child.stdout.take().expect("stdout");
         BufReader::new(stdout).read_line(&mut line).expect("read the ready line");
@@ -137,9 +145,17 @@ impl Drop for Workload {
 /// A 2 s recording of process `pid` with user stacks and every wait's
 /// stack walked (`--stack-rate 0`), plus `extra`: its JSON report.
 fn record_pid(pid: u32, extra: &[&str]) -> serde_json::Value {
+    record_pid_env(pid, extra, &[])
+}
+
+/// [`record_pid`], lockprof run with `env` added to its environment.
+fn record_pid_env(pid: u32, extra: &[&str], env: &[(&str, String)]) -> serde_json::Value {
     let pid = pid.to_string();
     let base = ["record", "--user-stacks", "--stack-rate", "0", "--pid", &pid, "--duration", "2", "--format", "json"];
-    json(&run_ok(&[&base[..], extra].concat(), &[]))
+    let args = [&base[..], extra].concat();
+    let out = lockprof().args(&args).envs(env.iter().map(|(k, v)| (k, v))).output().expect("run lockprof");
+    assert!(out.status.success(), "lockprof {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    json(&out.stdout)
 }
 
 /// `lockprof <args>`, which must succeed: its stdout.
@@ -434,6 +450,42 @@ fn assert_chain(v: &serde_json::Value, chain: &[&str]) {
     assert!(stacked == all || failed + skipped > 0, "{} waits without a stack, none counted", all - stacked);
 }
 
+/// The C workload's functions above glibc's in its futex waits, innermost first.
+const FUTEX_CHAIN: [&str; 4] =
+    ["lockprof_test_futex_lock", "lockprof_test_futex_take", "lockprof_test_futex_loop", "lockprof_test_futex_thread"];
+
+/// The C workload `bin` in its futex mode, recorded with `--futex` and
+/// `extra` once its threads contend (it waits for a `go` line): the report.
+fn record_futex_workload(bin: &Path, extra: &[&str]) -> serde_json::Value {
+    record_futex_workload_env(bin, extra, &[])
+}
+
+/// [`record_futex_workload`], lockprof run with `env` added.
+fn record_futex_workload_env(bin: &Path, extra: &[&str], env: &[(&str, String)]) -> serde_json::Value {
+    let mut child = Command::new(bin)
+        .args(["futex", "60", "4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the futex workload");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready line");
+    let pid: u32 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the workload said {line:?}"));
+    stdin.write_all(b"go\n").expect("go");
+    let v = record_pid_env(pid, &[&["--futex"], extra].concat(), env);
+    stdin.write_all(b"stop\n").expect("stop");
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    v
+}
+
 #[test]
 fn frameless_c_shows_its_own_functions_above_glibc() {
     const TEST: &str = "frameless_c_shows_its_own_functions_above_glibc";
@@ -457,34 +509,8 @@ fn frameless_c_shows_its_own_functions_above_glibc() {
 
     // Its own mutex's futex waits: the lock wrapper, taker, loop and
     // thread above glibc's lock functions.
-    let mut child = Command::new(&bin)
-        .args(["futex", "60", "4"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the futex workload");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    out.read_line(&mut line).expect("ready line");
-    let pid: u32 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("the workload said {line:?}"));
-    stdin.write_all(b"go\n").expect("go");
-    let v = record_pid(pid, &["--futex"]);
-    stdin.write_all(b"stop\n").expect("stop");
-    drop(stdin);
-    let _ = child.kill();
-    let _ = child.wait();
-    let chain = [
-        "lockprof_test_futex_lock",
-        "lockprof_test_futex_take",
-        "lockprof_test_futex_loop",
-        "lockprof_test_futex_thread",
-    ];
-    assert_chain(&v, &chain);
+    let v = record_futex_workload(&bin, &[]);
+    assert_chain(&v, &FUTEX_CHAIN);
     let d = &v["drops"];
     assert!(d["user_stack_copies"].as_u64() > Some(0) && d["unwind_stacks"].as_u64() > Some(0), "{d:?}");
 }
@@ -510,6 +536,177 @@ fn frameless_rust_shows_its_frames() {
     drop(w);
     let chain = ["unwindme::unwindme_take_lock", "unwindme::unwindme_worker_loop"];
     assert_chain(&v, &chain);
+}
+
+/// `tool args`, which must succeed.
+fn run_tool(tool: &str, args: &[&std::ffi::OsStr]) {
+    let out = Command::new(tool).args(args).output().unwrap_or_else(|e| panic!("run {tool}: {e}"));
+    assert!(out.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The frameless workload built with debug information, then split the way
+/// distributions split their packages: the binary stripped of every symbol
+/// (no `.symtab`; its functions are not exported, so not in `.dynsym`
+/// either) with a `.gnu_debuglink`, and its debug file apart. Returns the
+/// binary, the debug file and the build id.
+fn build_stripped(dir: &TempDir) -> (PathBuf, PathBuf, String) {
+    let bin = build_with(dir, &[&CFLAGS_FRAMELESS[..], &["-g"]].concat());
+    // Not beside the binary: gdb and blazesym look there too.
+    let split = dir.join("split");
+    std::fs::create_dir_all(&split).expect("mkdir");
+    let debug = split.join("lockprof_test.debug");
+    run_tool("objcopy", &["--only-keep-debug".as_ref(), bin.as_os_str(), debug.as_os_str()]);
+    run_tool("strip", &["--strip-all".as_ref(), bin.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run_tool("objcopy", &[link.as_ref(), bin.as_os_str()]);
+    let notes = Command::new("readelf").arg("-n").arg(&bin).output().expect("run readelf");
+    let notes = String::from_utf8_lossy(&notes.stdout);
+    let id = notes.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).expect("a build id").trim().to_string();
+    (bin, debug, id)
+}
+
+/// `<dir>/.build-id/xx/rest.debug`, where gdb and lockprof look.
+fn build_id_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]))
+}
+
+/// Frames naming one of the workload's own functions, anywhere in report `v`.
+fn named_workload_frames(v: &serde_json::Value) -> usize {
+    all_frames(v).iter().filter(|f| f.contains("lockprof_test_futex")).count()
+}
+
+/// A python3 http.server serving `root` on a free loopback port: the
+/// simplest debuginfod server (`GET /buildid/<id>/debuginfo`).
+struct DebuginfodServer {
+    child: Child,
+    url: String,
+}
+
+impl DebuginfodServer {
+    fn start(root: &Path) -> DebuginfodServer {
+        let mut child = Command::new("python3")
+            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
+            .arg(root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn python3 -m http.server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("its first line");
+        // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ..."
+        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_string);
+        let port = port.unwrap_or_else(|| panic!("http.server said {line:?}"));
+        DebuginfodServer { child, url: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for DebuginfodServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn stripped_binaries_are_named_from_their_debug_files() {
+    const TEST: &str = "stripped_binaries_are_named_from_their_debug_files";
+    let tools = [("cc", "gcc"), ("objcopy", "binutils"), ("python3", "python3"), ("debuginfod-find", "debuginfod")];
+    if !ready(TEST, &tools) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("stripped");
+    let (bin, debug, id) = build_stripped(&dir);
+
+    // Stripped, no debug file where lockprof looks: its own frames are
+    // `lockprof_test+0x..` (the chain cannot be named; the unwinding works).
+    let v = record_futex_workload(&bin, &[]);
+    let (all, stacked, _, shown) = futex_chain(&v, &FUTEX_CHAIN);
+    assert!(stacked > 0 && stacked * 2 >= all, "{stacked} of {all} futex waits with a user stack");
+    assert_eq!(named_workload_frames(&v), 0, "a stripped binary named without its debug file: {shown:?}");
+
+    // Its debug file under --debug-dir, by build id: named again.
+    let debug_dir = dir.join("debug");
+    let at = build_id_path(&debug_dir, &id);
+    std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+    std::fs::copy(&debug, &at).expect("copy the debug file");
+    let v = record_futex_workload(&bin, &["--debug-dir", &debug_dir.to_string_lossy()]);
+    assert_chain(&v, &FUTEX_CHAIN);
+
+    // Not installed, but on a debuginfod server named by DEBUGINFOD_URLS:
+    // fetched once, named, counted.
+    let served = dir.join("srv").join("buildid").join(&id);
+    std::fs::create_dir_all(&served).expect("mkdir");
+    std::fs::copy(&debug, served.join("debuginfo")).expect("serve the debug file");
+    let server = DebuginfodServer::start(&dir.join("srv"));
+    let env = [
+        ("DEBUGINFOD_URLS", server.url.clone()),
+        ("DEBUGINFOD_CACHE_PATH", dir.join("cache").to_string_lossy().into_owned()),
+    ];
+    let v = record_futex_workload_env(&bin, &[], &env);
+    drop(server);
+    assert_chain(&v, &FUTEX_CHAIN);
+    let fetched = v["drops"]["debuginfod_fetched"].as_u64();
+    assert!(fetched >= Some(1), "debuginfod_fetched {fetched:?}: {:?}", v["drops"]);
+}
+
+/// The Node workload: two worker threads passing a turn with Atomics.wait.
+const JS_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/unwind/jit.js");
+
+/// The futex rows of report `v`: (class, every frame of every caller).
+fn futex_rows(v: &serde_json::Value) -> Vec<(String, Vec<String>)> {
+    let locks = v["locks"].as_array().expect("locks");
+    let futex = locks.iter().filter(|l| l["type"] == "futex");
+    futex
+        .map(|l| {
+            let frames = l["callers"].as_array().into_iter().flatten().flat_map(|c| stack(c)).map(str::to_string);
+            (l["class"].as_str().unwrap_or_default().to_string(), frames.collect())
+        })
+        .collect()
+}
+
+/// Node (as Debian packages it) running `jit.js` for 30 s, `flags` first;
+/// recorded with `--futex` for 2 s once it is ready: the report.
+fn record_node(flags: &[&str]) -> serde_json::Value {
+    // Its log files (--perf-basic-prof writes isolate-*.log) go there.
+    let dir = TempDir::new("node");
+    let w = Workload::start_in(Command::new("node").args(flags).args([JS_SOURCE, "30"]).current_dir(&dir.0));
+    // Let the workers start and V8 compile the loop.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let v = record_pid(w.pid, &["--futex"]);
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", w.pid));
+    drop(w);
+    let _ = std::fs::remove_file(map);
+    v
+}
+
+#[test]
+fn jit_code_is_named_from_the_perf_map() {
+    const TEST: &str = "jit_code_is_named_from_the_perf_map";
+    if !ready(TEST, &[("node", "nodejs")]) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let is_ours = |f: &String| f.starts_with("JS:") && f.contains("lockprofJs");
+    // With a perf map: the JavaScript functions are named, and the wait's
+    // class is the innermost one (the application, not V8's condition
+    // variable under it).
+    let v = record_node(&["--perf-basic-prof", "--interpreted-frames-native-stack"]);
+    let rows = futex_rows(&v);
+    let (class, frames) = rows
+        .iter()
+        .find(|(_, frames)| frames.iter().any(is_ours))
+        .unwrap_or_else(|| panic!("no futex stack through the workload's JavaScript: {rows:?} {:?}", v["drops"]));
+    assert!(class.starts_with("futex @ JS:") && class.contains("lockprofJs"), "class {class:?}");
+    // The unwinding went on through the JIT frames into node's own code.
+    let ours = frames.iter().position(is_ours).expect("a JS frame");
+    assert!(frames[ours..].iter().any(|f| f.contains("node::")), "no node frame above the JIT code: {frames:?}");
+    // Without one: the same code is anonymous memory, never guessed.
+    let v = record_node(&[]);
+    let rows = futex_rows(&v);
+    assert!(rows.iter().all(|(_, frames)| !frames.iter().any(|f| f.starts_with("JS:"))), "{rows:?}");
+    let anonymous = rows.iter().flat_map(|(_, f)| f).filter(|f| f.starts_with("[unknown] 0x")).count();
+    assert!(anonymous > 0, "JIT frames should show as [unknown] without a perf map: {rows:?}");
 }
 
 /// The kernel part of a stack entered through a system call (the user

@@ -35,6 +35,9 @@ pub const TEST_TOOLS: &[(&str, &str)] = &[
     ("curl", "curl"),
     ("cc", "gcc"),
     ("objdump", "binutils"),
+    ("python3", "python3"),
+    ("debuginfod-find", "debuginfod"),
+    ("node", "nodejs"),
 ];
 
 /// Debian packages the tests drive (tmux for the TUI test), installed when

@@ -87,6 +87,12 @@ pub struct SessionArgs {
     /// packages) shows its callers; fp walks frame pointers in the kernel.
     #[arg(long, value_name = "METHOD", default_value = "copy")]
     pub user_unwind: UserUnwind,
+    /// Also look for stripped binaries' separate debug files here
+    /// (repeatable), before /usr/lib/debug and /lib/debug: as
+    /// `.build-id/xx/rest.debug` or under the name in `.gnu_debuglink`. With
+    /// DEBUGINFOD_URLS set, missing ones are fetched with debuginfod-find.
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Vec<std::path::PathBuf>,
     /// Also trace user-space locks: futex waits (pthread mutexes, Rust and C++
     /// mutexes, runtime locks; also condition variables and idle thread pools,
     /// which the kernel cannot tell apart: those show as type futex), keyed by
@@ -174,8 +180,11 @@ pub struct ViewArgs {
     /// (like perf's -L).
     #[arg(long = "lock", short = 'L', value_name = "NAME|ADDR")]
     pub lock: Option<String>,
-    /// One row per lock address (default), or per lock name: every
-    /// `mmap_lock` summed into one row, like lock_stat's classes.
+    /// One row per lock address (default); per lock name: every
+    /// `mmap_lock` summed into one row, like lock_stat's classes; or per call
+    /// site: one row per class (`futex @ PGSemaphoreLock in [shm: ...]`,
+    /// `rwsem @ vm_mmap_pgoff`) and, for user-space locks, process name, so
+    /// one code path in many processes is one row.
     #[arg(long, value_enum, default_value_t = GroupBy::Address)]
     pub group_by: GroupBy,
 }

@@ -39,6 +39,7 @@ impl SessionArgs {
             ("--no-cgroups", self.no_cgroups),
             ("--user-stacks", self.user_stacks),
             ("--user-unwind", self.user_unwind != UserUnwind::Copy),
+            ("--debug-dir", !self.debug_dir.is_empty()),
             ("--futex", self.futex),
             ("--backend", self.backend != BackendChoice::Auto),
             ("--no-yield-to", self.no_yield_to),
@@ -67,6 +68,9 @@ impl TryFrom<&SessionArgs> for SessionOptions {
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 return Err(UsageError(format!("--pid {pid}: no such process")));
             }
+        }
+        if let Some(dir) = a.debug_dir.iter().find(|d| !d.is_dir()) {
+            return Err(UsageError(format!("--debug-dir {}: no such directory", dir.display())));
         }
         if !a.ringbuf_mb.is_power_of_two() || a.ringbuf_mb > 1024 {
             return Err(UsageError(format!("--ringbuf-mb must be a power of two up to 1024, not {}", a.ringbuf_mb)));
@@ -112,6 +116,7 @@ impl TryFrom<&SessionArgs> for SessionOptions {
         o.load.futex = a.futex || a.types.iter().any(|t| t.is_user());
         o.load.config.user_stacks =
             if a.user_stacks || o.load.futex { a.user_unwind.config_value() } else { USER_STACKS_OFF };
+        o.debug_files.dirs.clone_from(&a.debug_dir);
         o.cgroups = cgroups;
         let c = &mut o.load.config;
         c.type_mask = if a.types.is_empty() { u32::MAX } else { a.types.iter().fold(0, |m, t| m | t.bit()) };

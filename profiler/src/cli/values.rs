@@ -36,6 +36,7 @@ macro_rules! value_enum {
 value_enum!(GroupBy {
     GroupBy::Address => "one row per lock address",
     GroupBy::Name => "one row per lock name: every mmap_lock summed, like lock_stat's classes",
+    GroupBy::Site => "one row per call site (class) and, for user-space locks, process name: one code path in many processes summed",
 });
 
 value_enum!(BackendChoice {

@@ -50,6 +50,7 @@ fn lock(
         slab: None,
         field: None,
         addresses: None,
+        processes: None,
         rt_base: None,
         wait,
         hold: None,

@@ -252,11 +252,15 @@ pub struct Bookkeeping {
     /// Plan or signed-stack writes the kernel refused: those call paths
     /// are copied again.
     pub unwind_map_refused: u64,
+    /// Separate debug files fetched from debuginfod (`DEBUGINFOD_URLS`).
+    pub debuginfod_fetched: u64,
+    /// Binaries whose debug file was neither installed nor given by debuginfod.
+    pub debuginfod_missed: u64,
 }
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 42] = [
+    pub const LIST: [Field<Bookkeeping>; 44] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
@@ -299,6 +303,8 @@ impl Bookkeeping {
         field!(user::UNWIND_PLAN_FULL, unwind_plan_full),
         field!(user::UNWIND_BINARIES_UNREADABLE, unwind_binaries_unreadable),
         field!(user::UNWIND_MAP_REFUSED, unwind_map_refused),
+        field!(user::DEBUGINFOD_FETCHED, debuginfod_fetched),
+        field!(user::DEBUGINFOD_MISSED, debuginfod_missed),
     ];
 }
 

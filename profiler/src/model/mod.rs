@@ -15,7 +15,7 @@ mod stats;
 mod yields;
 
 pub use counters::{Bookkeeping, Counter, CounterKind, Counters, Field, Losses};
-pub use grouping::grouped_by_name;
+pub use grouping::{grouped_by_name, grouped_by_site};
 pub use incident::{CpuTask, IncidentInfo, SystemState};
 pub use key::LockKey;
 pub use kind::{mode_name, parse_type, type_label, type_name};

@@ -60,6 +60,9 @@ pub fn stack_not_recorded(errno: u32) -> String {
     match errno as i32 {
         libc::ENOMEM | libc::E2BIG => "[stack not recorded: the kernel had no memory to store it]".into(),
         libc::EFAULT => "[stack not recorded: the kernel could not walk it]".into(),
+        // --user-unwind copy (see profiler-ebpf's unwind.rs).
+        libc::EBUSY => "[user stack not copied: the ring buffer was half full (user_stack_failed)]".into(),
+        libc::ENODATA => "[user stack not copied: no user registers found (user_stack_failed)]".into(),
         e => format!("[stack not recorded: errno {e}]"),
     }
 }

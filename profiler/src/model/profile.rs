@@ -102,10 +102,15 @@ pub struct LockProfile {
     /// The lock's member path in its object's struct (`task_struct.pi_lock`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// A row summing locks of one name (`--group-by name`): how many
-    /// addresses it sums (`addr` is then the busiest one's).
+    /// A row summing locks (`--group-by name`, `--group-by site`): how many
+    /// addresses it sums (`addr` is then the busiest one's; a user-space
+    /// lock is an address in one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addresses: Option<u32>,
+    /// A row summing user-space locks: in how many processes (`pid` is then
+    /// set only when that is one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
     /// On PREEMPT_RT, what an `rt-mutex` or `rwlock-rt` is underneath
     /// (`mutex`, `rt_mutex`, `spinlock`, `rwsem`, `rwlock`), from the lock
     /// functions on its waiters' stacks; None elsewhere or when no stack says.
@@ -151,6 +156,24 @@ pub struct OwnerProfile {
     pub wait_caused_max_ns: u64,
 }
 
+impl OwnerProfile {
+    /// The row of waits whose owner is not known.
+    pub fn unknown(waits: u64, wait_caused_ns: u64) -> OwnerProfile {
+        OwnerProfile {
+            kind: OwnerKind::Unknown,
+            tid: 0,
+            pid: 0,
+            comm: String::new(),
+            caller: super::placeholders::OWNER_UNKNOWN.into(),
+            stack: Vec::new(),
+            asleep_stack: Vec::new(),
+            waits,
+            wait_caused_ns,
+            wait_caused_max_ns: 0,
+        }
+    }
+}
+
 /// What held a lock.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -182,11 +205,13 @@ impl LockProfile {
         self.in_process(self.display_name())
     }
 
-    /// `title`, with a user-space lock's process appended (` in myapp[4242]`).
+    /// `title`, with a user-space lock's process appended (` in myapp[4242]`;
+    /// ` in myapp` for a row summing several processes of one name).
     pub fn in_process(&self, title: &str) -> String {
-        match self.pid {
-            Some(pid) => format!("{title} in {}[{pid}]", self.process.as_deref().unwrap_or("?")),
-            None => title.to_string(),
+        match (self.pid, &self.process) {
+            (Some(pid), process) => format!("{title} in {}[{pid}]", process.as_deref().unwrap_or("?")),
+            (None, Some(process)) => format!("{title} in {process}"),
+            (None, None) => title.to_string(),
         }
     }
 

@@ -14,8 +14,8 @@ use crate::{
         YieldProfile, merge_shares, placeholders,
     },
     symbols::{
-        Identities, Kallsyms, NoIdentities, ResolvedStack, Resolver, StackSource, frame_fn, lock_class, name_lock,
-        rt_base, user::UserStack, yield_caller_index,
+        Identities, Kallsyms, NoIdentities, ResolvedStack, Resolver, StackSource, frame_fn, lock_class, lock_class_by,
+        name_lock, rt_base, user::UserStack, yield_caller_index,
     },
 };
 
@@ -72,6 +72,10 @@ pub struct UserStackTally {
     pub truncated: u64,
     /// Cut where the walk left mapped code (of those truncated).
     pub left_code: u64,
+    /// Debug files fetched from debuginfod.
+    pub debuginfod_fetched: u64,
+    /// Binaries whose debug file debuginfod did not give.
+    pub debuginfod_missed: u64,
     /// The unwinder's counts (`--user-unwind copy`).
     pub unwind: crate::symbols::user::unwind::UnwindCounters,
 }
@@ -132,6 +136,7 @@ fn user_lock_stack(user: &mut dyn UserStacks, id: StackId) -> (ResolvedStack, Op
         .and_then(|s| s.app_frame())
         .or_else(|| frames.first().cloned())
         .unwrap_or_else(|| placeholders::UNKNOWN_CALLER.into());
+    // Its class is named in `name_user_lock`, from the application function.
     let caller_fn = frame_fn(&caller).to_string();
     (ResolvedStack { frames: frames.into(), caller, caller_fn }, stack)
 }
@@ -261,18 +266,7 @@ fn owners<S: StackSource>(
         out.iter().fold((0, 0), |(w, n), o| (w + o.waits, n.saturating_add(o.wait_caused_ns)));
     let (rest_waits, rest_ns) = (agg.wait.count().saturating_sub(waits), agg.wait.total_ns().saturating_sub(ns));
     if rest_waits > 0 || rest_ns > 0 {
-        out.push(OwnerProfile {
-            kind: OwnerKind::Unknown,
-            tid: 0,
-            pid: 0,
-            comm: String::new(),
-            caller: placeholders::OWNER_UNKNOWN.into(),
-            stack: Vec::new(),
-            asleep_stack: Vec::new(),
-            waits: rest_waits,
-            wait_caused_ns: rest_ns,
-            wait_caused_max_ns: 0,
-        });
+        out.push(OwnerProfile::unknown(rest_waits, rest_ns));
     }
     out.sort_by(|a, b| b.wait_caused_ns.cmp(&a.wait_caused_ns).then(a.tid.cmp(&b.tid)));
     out
@@ -349,6 +343,7 @@ fn lock_profile<S: StackSource>(
         slab: None,
         field: None,
         addresses: None,
+        processes: None,
         owners: owners(key, agg, stacks, task_name),
         rt_base,
         wait: agg.wait.clone(),
@@ -392,14 +387,17 @@ fn name_user_lock(rows: &mut [&mut LockProfile], key: (u32, u64), names: &mut dy
     let (pid, addr) = key;
     let mut fns: BTreeMap<String, u64> = BTreeMap::new();
     for l in rows.iter() {
-        for (f, n) in caller_fns(l) {
-            *fns.entry(f.to_string()).or_default() += n;
+        for c in l.callers.iter() {
+            // The application's function, short (no C++ parameters, no
+            // perf-map annotation, dots kept), else the caller's text.
+            let f = c.user.as_ref().and_then(|u| u.app_function()).unwrap_or_else(|| frame_fn(&c.caller).to_string());
+            *fns.entry(f).or_default() += c.wait.count();
         }
     }
     let fns: Vec<(String, u64)> = fns.into_iter().collect();
     let Some(ty) = rows.iter().max_by_key(|l| l.wait.count()).map(|l| l.lock_type) else { return };
     let (symbol, mapping) = names.lock(pid, addr);
-    let class = lock_class(addr, ty, &fns, None);
+    let class = lock_class_by(addr, ty, &fns, None, |f| f);
     let class = match mapping {
         Some(m) => format!("{class} in {m}"),
         None => class,
@@ -687,6 +685,8 @@ impl<S: StackSource> ProfileBuilder<S> {
         meta.drops.losses.user_stacks_evicted = user.evicted;
         meta.drops.bookkeeping.user_stack_truncated = user.truncated;
         meta.drops.bookkeeping.user_stack_left_code = user.left_code;
+        (meta.drops.bookkeeping.debuginfod_fetched, meta.drops.bookkeeping.debuginfod_missed) =
+            (user.debuginfod_fetched, user.debuginfod_missed);
         let (u, b, l) = (user.unwind, &mut meta.drops.bookkeeping, &mut meta.drops.losses);
         (l.unwind_dropped, l.unwind_process_gone) = (u.dropped, u.no_process);
         (b.unwind_stacks, b.unwind_copy_short, b.unwind_no_rule, b.unwind_deep) =
@@ -830,6 +830,64 @@ ffffffff822702f1 T __lock_text_end
         let p =
             to_profile(&agg.snapshot(), Resolver::new(Arc::new(Kallsyms::default()), HashMap::new()), Meta::default());
         assert!(p.locks[0].owners.is_empty());
+    }
+
+    #[test]
+    fn a_user_space_locks_class_is_its_application_function_short_and_whole() {
+        use crate::symbols::user::{JIT_MODULE, UserFrame, UserStack};
+        let frame = |function: &str, module: &str| UserFrame {
+            function: Some(function.into()),
+            module: Arc::from(module),
+            ..UserFrame::unmapped(0x1000)
+        };
+        let row = |frames: Vec<UserFrame>| {
+            let user = Arc::new(UserStack { frames, truncated: false });
+            let mut wait = Stats::new(crate::model::LOCK_SIGFIG);
+            wait.record(1_000);
+            LockProfile {
+                addr: 0x7f00_0000_1000,
+                lock_type: LockType::Futex,
+                mode: profiler_common::LockMode::Exclusive,
+                pid: Some(42),
+                process: None,
+                name: None,
+                name_source: None,
+                class: String::new(),
+                slab: None,
+                field: None,
+                addresses: None,
+                processes: None,
+                owners: Vec::new(),
+                rt_base: None,
+                wait: wait.clone(),
+                hold: None,
+                callers: vec![CallerProfile {
+                    caller: user.app_frame().unwrap_or_default(),
+                    stack: Vec::new().into(),
+                    wait,
+                    hold: None,
+                    user_caller: None,
+                    cgroups: Vec::new(),
+                    user: Some(user),
+                }]
+                .into(),
+            }
+        };
+        let class = |frames| {
+            let mut l = row(frames);
+            name_user_lock(&mut [&mut l], (42, 0x7f00_0000_1000), &mut NoUserLockNames);
+            l.class
+        };
+        let cpp = "v8::base::ConditionVariable::WaitFor(v8::base::Mutex*, v8::base::TimeDelta const&)";
+        assert_eq!(
+            class(vec![frame("__futex_abstimed_wait_common", "libc.so.6"), frame(cpp, "node")]),
+            "futex @ v8::base::ConditionVariable::WaitFor"
+        );
+        // Dots are part of JIT and Java names, not compiler suffixes.
+        let jit = frame("JS:~Module._compile node:internal/modules/cjs/loader:1483:37", JIT_MODULE);
+        assert_eq!(class(vec![frame("syscall", "libc.so.6"), jit]), "futex @ JS:~Module._compile");
+        let rust = frame("<myapp::Pool as myapp::Get>::get", "myapp");
+        assert_eq!(class(vec![frame("syscall", "libc.so.6"), rust]), "futex @ <myapp::Pool as myapp::Get>::get");
     }
 
     #[test]

@@ -218,6 +218,8 @@ mod tests {
             [
                 "agg_cache_missed",
                 "cgroup_keys_overflow",
+                "debuginfod_fetched",
+                "debuginfod_missed",
                 "futex_again",
                 "futex_failed",
                 "futex_interrupted",
@@ -254,6 +256,8 @@ mod tests {
         // cgroups came later too: none in an old recording.
         assert_eq!(now.as_object_mut().and_then(|o| o.remove("cgroups")), Some(serde_json::json!([])));
         for l in now["locks"].as_array_mut().into_iter().flatten() {
+            // And --group-by site's process counts: null in a row per address.
+            assert_eq!(l.as_object_mut().and_then(|o| o.remove("processes")), Some(serde_json::Value::Null));
             for c in l["callers"].as_array_mut().into_iter().flatten() {
                 assert_eq!(c.as_object_mut().and_then(|o| o.remove("cgroups")), Some(serde_json::json!([])));
                 // So did user stacks.

@@ -42,7 +42,9 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                 ["name", "name_source", "class", "slab", "field", "addr", "type", "mode"].map(String::from).to_vec();
             h.extend(STAT_HEADER.map(String::from));
             h.extend(["hold_total_ns", "hold_max_ns", "hold_avg_ns"].map(String::from));
+            h.extend(["pid", "process", "addresses", "processes"].map(String::from));
             rows.push(h);
+            let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
             for l in opts.query.locks(p) {
                 let mut r = vec![
                     l.name.clone().unwrap_or_default(),
@@ -56,6 +58,7 @@ pub fn render_csv(p: &Profile, opts: &ReportOptions) -> String {
                 ];
                 r.extend(stats(&l.wait));
                 r.extend(hold(l.hold.as_ref()));
+                r.extend([opt(l.pid), l.process.clone().unwrap_or_default(), opt(l.addresses), opt(l.processes)]);
                 rows.push(r);
             }
         }
@@ -285,5 +288,22 @@ mod tests {
         assert_eq!(rows.len(), 4);
         assert_eq!(cells(1, 0, 4), ["cron.service", "/system.slice/cron.service", "12", "tasklist_lock"]);
         assert_eq!(cells(2, 7, 12), ["3", "2700", "1100", "anon_pipe_write+0x1c4", ""]);
+    }
+
+    #[test]
+    fn lock_rows_carry_process_and_counts() {
+        use crate::report::{Format, GroupBy};
+        let opts = ReportOptions { group_by: GroupBy::Site, format: Format::Csv, ..Default::default() };
+        let out = crate::report::render(&fixture::profile_with_backends(), &opts).expect("rendered");
+        let rows = parse(std::str::from_utf8(&out).expect("utf-8"), b',');
+        let col = |name: &str| rows[0].iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name}"));
+        let sem = rows.iter().find(|r| &r[col("type")] == "futex").expect("the futex row");
+        assert_eq!(
+            (&sem[col("pid")], &sem[col("process")], &sem[col("processes")], &sem[col("addresses")]),
+            ("", "postgres", "3", "3")
+        );
+        let address = parse(&render_csv(&fixture::profile_with_backends(), &ReportOptions::default()), b',');
+        let one = address.iter().find(|r| &r[col("type")] == "futex").expect("a futex");
+        assert_eq!((&one[col("pid")], &one[col("process")], &one[col("processes")]), ("8510", "postgres", ""));
     }
 }

@@ -123,6 +123,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                 "rt_base": l.rt_base,
                 "addr": format!("{:#x}", l.addr),
                 "addresses": l.addresses,
+                "processes": l.processes,
                 "type": type_name(l.lock_type),
                 "mode": mode_name(l.mode),
                 "contended": l.wait.count(),
@@ -148,10 +149,16 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                     "wait_caused_max_ns": o.wait_caused_max_ns,
                 })).collect::<Vec<Value>>(),
             });
-            // A user-space lock's process (kernel locks have none).
-            if let (Some(pid), Some(obj)) = (l.pid, row.as_object_mut()) {
-                obj.insert("pid".into(), json!(pid));
-                obj.insert("process".into(), json!(l.process));
+            // A user-space lock's process (kernel locks have none; a row
+            // summing several processes has no pid, and no process unless
+            // they share its name).
+            if let Some(obj) = row.as_object_mut() {
+                if let Some(pid) = l.pid {
+                    obj.insert("pid".into(), json!(pid));
+                }
+                if l.pid.is_some() || l.process.is_some() {
+                    obj.insert("process".into(), json!(l.process));
+                }
             }
             row
         })
@@ -378,5 +385,23 @@ mod tests {
         let split = &v["locks"][1]["callers"][0]["cgroups"];
         assert_eq!(split[0]["cgroup_id"], 4242);
         assert_eq!(split[1]["wait_total_ns"], 500);
+    }
+
+    #[test]
+    fn a_site_row_has_its_process_and_counts_but_no_pid() {
+        use crate::report::{Format, GroupBy, render};
+        let opts = ReportOptions { group_by: GroupBy::Site, format: Format::Json, ..Default::default() };
+        let v: Value =
+            serde_json::from_slice(&render(&fixture::profile_with_backends(), &opts).expect("rendered")).expect("json");
+        let sem = v["locks"].as_array().and_then(|l| l.iter().find(|l| l["type"] == "futex")).expect("the futex row");
+        assert_eq!((sem["processes"].as_u64(), sem["addresses"].as_u64()), (Some(3), Some(3)));
+        assert_eq!(sem["process"], "postgres");
+        assert!(sem.get("pid").is_none(), "{sem}");
+        let kernel = &v["locks"][0];
+        assert!(kernel["processes"].is_null() && kernel.get("process").is_none(), "{kernel}");
+        let plain = to_json(&fixture::profile_with_backends(), &ReportOptions::default());
+        let one = plain["locks"].as_array().and_then(|l| l.iter().find(|l| l["type"] == "futex")).expect("a futex");
+        assert_eq!((one["pid"].as_u64(), one["process"].as_str()), (Some(8510), Some("postgres")));
+        assert!(one["processes"].is_null() && one["addresses"].is_null());
     }
 }

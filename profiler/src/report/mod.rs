@@ -76,7 +76,7 @@ impl By {
     }
 }
 
-/// Lock rows per address, or summed per name.
+/// Lock rows per address, or summed per name or per call site.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum GroupBy {
     /// One row per lock address (and type and mode).
@@ -84,6 +84,9 @@ pub enum GroupBy {
     Address,
     /// One row per lock name (and type and mode), like lock_stat's classes.
     Name,
+    /// One row per call-site class (and type and mode), and a user-space
+    /// lock's process name: one code path in many processes is one row.
+    Site,
 }
 
 impl GroupBy {
@@ -92,6 +95,7 @@ impl GroupBy {
         match self {
             GroupBy::Address => "address",
             GroupBy::Name => "name",
+            GroupBy::Site => "site",
         }
     }
 }
@@ -99,7 +103,7 @@ impl GroupBy {
 /// How to render a profile.
 #[derive(Clone, Debug)]
 pub struct ReportOptions {
-    /// Lock rows per address or per name.
+    /// Lock rows per address, per name or per call site.
     pub group_by: GroupBy,
     /// Output format.
     pub format: Format,
@@ -133,6 +137,10 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> std::io::Result<Vec<u8>> {
         GroupBy::Address => p,
         GroupBy::Name => {
             grouped = crate::model::grouped_by_name(p);
+            &grouped
+        }
+        GroupBy::Site => {
+            grouped = crate::model::grouped_by_site(p);
             &grouped
         }
     };
@@ -203,6 +211,7 @@ pub(crate) mod fixture {
                     slab: None,
                     field: None,
                     addresses: None,
+                    processes: None,
                     owners: Vec::new(),
                     wait: stats(2, &all_tl),
                     hold: None,
@@ -246,6 +255,7 @@ pub(crate) mod fixture {
                     slab: None,
                     field: None,
                     addresses: None,
+                    processes: None,
                     owners: Vec::new(),
                     wait: stats(LOCK_SIGFIG, &pipe),
                     hold: None,
@@ -403,6 +413,25 @@ pub(crate) mod fixture {
         c.stack = stack.into();
         c.user = Some(Arc::new(user));
         p.locks[1].callers = vec![c].into();
+        p
+    }
+
+    /// The same profile with three PostgreSQL backends each sleeping on its
+    /// own semaphore (one futex class, three processes, three addresses)
+    /// besides the kernel locks.
+    pub(crate) fn profile_with_backends() -> Profile {
+        let mut p = profile();
+        let backend = |i: u32| {
+            let mut l = p.locks[1].clone();
+            l.lock_type = LockType::Futex;
+            l.addr = 0x7ffa_0000_1000 + u64::from(i) * 0x40;
+            l.pid = Some(8510 + i);
+            l.process = Some("postgres".into());
+            l.class = "futex @ PGSemaphoreLock in [shm: /dev/zero (deleted)]".into();
+            l
+        };
+        let backends: Vec<LockProfile> = (0..3).map(backend).collect();
+        p.locks.extend(backends);
         p
     }
 

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{By, ReportOptions, fmt_ns};
+use super::{By, GroupBy, ReportOptions, fmt_ns};
 use crate::model::{
     CallerProfile, Counter, CounterKind, Counters, LockProfile, NameSource, OwnerKind, Profile, Stats, YieldProfile,
     YieldStats, placeholders, type_label,
@@ -39,32 +39,68 @@ fn stat_cols(s: &Stats) -> String {
 const HEADER: &str = " contended  total wait    max wait    avg wait    p99 wait";
 
 /// A lock's name column: name (with provenance), or class, and address;
-/// a user-space lock also names its process.
-pub(crate) fn lock_title(l: &LockProfile) -> String {
-    l.in_process(&kernel_title(l))
+/// a user-space lock also names its process. A row summing several locks
+/// (`--group-by`) has no one address: it says how many locks it sums, in
+/// how many processes. By call site, the class (the row's key) comes first.
+pub(crate) fn lock_title(l: &LockProfile, group_by: GroupBy) -> String {
+    let title = match group_by {
+        GroupBy::Site => site_title(l),
+        GroupBy::Address | GroupBy::Name => kernel_title(l),
+    };
+    format!("{}{}", l.in_process(&title), summed(l))
+}
+
+/// ` @ address`, unless the row sums several locks (or is the overflow row).
+fn at(l: &LockProfile) -> String {
+    if l.addr == 0 || l.addresses.is_some_and(|n| n > 1) { String::new() } else { format!(" @ {:#x}", l.addr) }
+}
+
+/// How many locks (and processes) a summed row holds: ` (16 processes, 16
+/// addresses)`; nothing for a single lock.
+fn summed(l: &LockProfile) -> String {
+    match (l.addresses, l.processes) {
+        (Some(a), Some(p)) if a > 1 => format!(" ({p} process{}, {a} addresses)", if p == 1 { "" } else { "es" }),
+        (Some(a), None) if a > 1 => format!(" ({a} addresses)"),
+        _ => String::new(),
+    }
 }
 
 fn kernel_title(l: &LockProfile) -> String {
+    let at = at(l);
     match (&l.name, l.name_source) {
-        (Some(n), Some(NameSource::Inferred)) => format!("{n} (inferred; {}) @ {:#x}", l.class, l.addr),
+        (Some(n), Some(NameSource::Inferred)) => format!("{n} (inferred; {}){at}", l.class),
         // Only the slab cache is known: the class says it (`... in &kmalloc-cg-192`).
-        (Some(n), Some(NameSource::Btf)) if n.starts_with('&') => format!("{} @ {:#x}", l.class, l.addr),
+        (Some(n), Some(NameSource::Btf)) if n.starts_with('&') => format!("{}{at}", l.class),
         (Some(n), _) => match &l.field {
-            Some(f) if f != n => format!("{n} ({f}) @ {:#x}", l.addr),
-            _ => format!("{n} @ {:#x}", l.addr),
+            Some(f) if f != n => format!("{n} ({f}){at}"),
+            _ => format!("{n}{at}"),
         },
-        (None, _) if l.addr == 0 => l.class.clone(),
-        (None, _) => format!("{} @ {:#x}", l.class, l.addr),
+        (None, _) => format!("{}{at}", l.class),
     }
+}
+
+/// The class first, then the name its locks share, if any
+/// (`rwsem @ vm_mmap_pgoff (mmap_lock)`).
+fn site_title(l: &LockProfile) -> String {
+    let name = match (&l.name, l.name_source) {
+        (Some(_), _) if l.display_name() == l.class => String::new(),
+        (Some(n), Some(NameSource::Inferred)) => format!(" ({n}, inferred)"),
+        (Some(n), _) => format!(" ({n})"),
+        (None, _) => String::new(),
+    };
+    format!("{}{name}{}", l.class, at(l))
 }
 
 fn header(p: &Profile, out: &mut String) {
     let m = &p.meta;
+    // Rows summing locks (--group-by) count each lock they sum.
+    let locks: u64 = p.locks.iter().map(|l| u64::from(l.addresses.unwrap_or(1))).sum();
+    let rows = p.locks.len() as u64;
+    let on = if locks == rows { format!("{locks} locks") } else { format!("{locks} locks in {rows} rows") };
     let _ = writeln!(
         out,
-        "lockprof: {} contentions on {} locks in {:.2} s (backend {}{}, kernel {}{})",
+        "lockprof: {} contentions on {on} in {:.2} s (backend {}{}, kernel {}{})",
         p.contended(),
-        p.locks.len(),
         m.duration_s,
         if m.backend.is_empty() { "?" } else { &m.backend },
         if m.mode.is_empty() { String::new() } else { format!(", {} mode", m.mode) },
@@ -282,7 +318,8 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
         By::Lock => {
             let _ = writeln!(out, "{HEADER}  type          name");
             for l in opts.query.locks(p) {
-                let _ = writeln!(out, "{}  {:<13} {}", stat_cols(&l.wait), l.type_label(), lock_title(l));
+                let _ =
+                    writeln!(out, "{}  {:<13} {}", stat_cols(&l.wait), l.type_label(), lock_title(l, opts.group_by));
                 if let Some(h) = &l.hold {
                     let _ = writeln!(out, "{}  hold (contended acquisitions, from wait end to release)", stat_cols(h));
                 }
@@ -300,8 +337,14 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
         By::Caller => {
             let _ = writeln!(out, "{HEADER}  type          caller / lock");
             for (l, c) in opts.query.callers(p) {
-                let _ =
-                    writeln!(out, "{}  {:<13} {}  [{}]", stat_cols(&c.wait), l.type_label(), c.caller, lock_title(l));
+                let _ = writeln!(
+                    out,
+                    "{}  {:<13} {}  [{}]",
+                    stat_cols(&c.wait),
+                    l.type_label(),
+                    c.caller,
+                    lock_title(l, opts.group_by)
+                );
                 for f in c.stack.iter() {
                     let _ = writeln!(out, "{:>72}{f}", "");
                 }
@@ -322,7 +365,7 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
                     fmt_ns(o.wait_caused_ns),
                     // The unknown row is what is left over: no single wait of its own.
                     if o.kind == OwnerKind::Unknown { "-".to_string() } else { fmt_ns(o.wait_caused_max_ns) },
-                    lock_title(l)
+                    lock_title(l, opts.group_by)
                 );
                 for f in &o.stack {
                     let _ = writeln!(out, "{:>40}{f}", "");
@@ -540,5 +583,36 @@ run-queue lock contention inside yield_to: 2 waits, 3.00 us total, 2.00 us max (
         assert_eq!(stack[k - 1], "vfs_write+0x2a1");
         assert_eq!(stack[k + 1], "lockprof_test_writer+0x22 (lockprof_test.c:42)");
         assert!(stack[k + 2].starts_with("libc.so.6+0x89305 [build-id 00112233"), "{by_caller}");
+    }
+
+    #[test]
+    fn summed_rows_say_how_many_processes_and_addresses() {
+        let p = fixture::profile_with_backends();
+        let by = |group_by| {
+            let out = crate::report::render(&p, &ReportOptions { group_by, ..Default::default() }).expect("rendered");
+            String::from_utf8(out).expect("utf-8")
+        };
+        let title = |text: &str, start: &str| {
+            let line = text.lines().find(|l| l.contains(start)).unwrap_or_else(|| panic!("no {start}:\n{text}"));
+            line[line.find(start).expect("found")..].to_string()
+        };
+        let site = by(GroupBy::Site);
+        assert_eq!(
+            title(&site, "futex @ PGSemaphoreLock"),
+            "futex @ PGSemaphoreLock in [shm: /dev/zero (deleted)] in postgres (3 processes, 3 addresses)"
+        );
+        assert_eq!(title(&site, "rwlock @"), "rwlock @ copy_process (tasklist_lock, inferred) @ 0xffffffff82a00000");
+        assert_eq!(title(&site, "mutex @"), "mutex @ anon_pipe_write @ 0xffff888004a1b2c0", "one lock: as by address");
+        assert!(site.contains("lockprof: 21 contentions on 5 locks in 3 rows"), "{site}");
+        let name = by(GroupBy::Name);
+        assert_eq!(
+            title(&name, "futex @ PGSemaphoreLock"),
+            "futex @ PGSemaphoreLock in [shm: /dev/zero (deleted)] in postgres (3 processes, 3 addresses)"
+        );
+        let address = by(GroupBy::Address);
+        assert_eq!(
+            title(&address, "futex @ PGSemaphoreLock"),
+            "futex @ PGSemaphoreLock in [shm: /dev/zero (deleted)] @ 0x7ffa00001000 in postgres[8510]"
+        );
     }
 }

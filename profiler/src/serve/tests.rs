@@ -46,6 +46,7 @@ pub(crate) fn profile(locks: &[(u64, TestCallers<'_>)]) -> Profile {
             slab: None,
             field: None,
             addresses: None,
+            processes: None,
             wait,
             hold: None,
             callers: cs.into(),

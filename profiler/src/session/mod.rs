@@ -251,10 +251,11 @@ impl Session {
             let (unwound, stats) = (Unwound::default(), Arc::new(UnwindStats::default()));
             let source =
                 UnwoundOr { unwound: unwound.clone(), kernel: probes.take_user_stacks()?, stats: stats.clone() };
-            builder = builder.with_user_stacks(Box::new(UserResolver::new(source, BlazeSymbolizer::new()?)));
+            builder =
+                builder.with_user_stacks(Box::new(UserResolver::new(source, BlazeSymbolizer::new(&opts.debug_files)?)));
             unwind = Some(Unwinding { sink, unwound, stats });
         } else if opts.load.config.user_stacks != 0 {
-            let resolver = UserResolver::new(probes.take_user_stacks()?, BlazeSymbolizer::new()?);
+            let resolver = UserResolver::new(probes.take_user_stacks()?, BlazeSymbolizer::new(&opts.debug_files)?);
             builder = builder.with_user_stacks(Box::new(resolver));
         }
         if opts.load.futex {

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use profiler_common::{DEFAULT_STACK_ENTRIES, MODE_AGGREGATE, MODE_STREAM, OWNERS_ON, STACK_WINDOWS_PER_S};
 
-use crate::{cgroups::CgroupFs, ebpf::LoadOptions, incident::IncidentOptions, pipeline::Limits};
+use crate::{
+    cgroups::CgroupFs, ebpf::LoadOptions, incident::IncidentOptions, pipeline::Limits, symbols::user::DebugFileOptions,
+};
 
 /// How waits reach userspace.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -112,6 +114,8 @@ pub struct SessionOptions {
     pub notes: Vec<String>,
     /// Incident triggers, and where their incidents go (None: no triggers).
     pub incidents: Option<IncidentOptions>,
+    /// Where user stacks' separate debug files are looked for.
+    pub debug_files: DebugFileOptions,
 }
 
 impl Default for SessionOptions {
@@ -128,6 +132,7 @@ impl Default for SessionOptions {
             cgroups: None,
             notes: Vec::new(),
             incidents: None,
+            debug_files: DebugFileOptions::default(),
         }
     }
 }

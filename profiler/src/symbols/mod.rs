@@ -9,5 +9,7 @@ pub mod user;
 
 pub use caller::{KRETPROBE_TRAMPOLINES, frame_fn, is_lock_internal, rt_base, select_caller, yield_caller_index};
 pub use kallsyms::{Kallsyms, KallsymsError, Symbol};
-pub use naming::{Identities, KernelIdentity, LockName, NoIdentities, TASKLIST_CALLERS, lock_class, name_lock};
+pub use naming::{
+    Identities, KernelIdentity, LockName, NoIdentities, TASKLIST_CALLERS, lock_class, lock_class_by, name_lock,
+};
 pub use resolve::{ResolvedStack, Resolver, StackSource};

@@ -168,12 +168,25 @@ fn effective_type(ty: LockType, rt_base: Option<&str>) -> LockType {
 /// The class of one row of a lock: `type @ top caller`, and the slab cache
 /// when that is all the kernel could say about the object.
 pub fn lock_class(addr: u64, ty: LockType, callers: &[(String, u64)], ident: Option<&KernelIdentity>) -> String {
+    lock_class_by(addr, ty, callers, ident, base_name)
+}
+
+/// [`lock_class`] with `short` making a caller's name the class's (kernel
+/// functions lose their `.isra.0`-like suffixes; user-space functions, whose
+/// names may hold dots, are taken as given).
+pub fn lock_class_by(
+    addr: u64,
+    ty: LockType,
+    callers: &[(String, u64)],
+    ident: Option<&KernelIdentity>,
+    short: fn(&str) -> &str,
+) -> String {
     // Placeholders such as "[stack not captured ...]" are not call sites.
     let top = callers
         .iter()
         .filter(|(f, _)| !is_placeholder(f))
         .max_by_key(|(f, n)| (*n, std::cmp::Reverse(f.clone())))
-        .map(|(f, _)| base_name(f).to_string());
+        .map(|(f, _)| short(f).to_string());
     let class = match &top {
         Some(f) => format!("{} @ {f}", type_name(ty)),
         None => format!("{} @ {addr:#x}", type_name(ty)),

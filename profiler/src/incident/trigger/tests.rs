@@ -216,6 +216,7 @@ fn profile(name: &str, lock_type: LockType, process: Option<(u32, &str)>) -> Loc
         slab: Some("task_struct".into()),
         field: Some("task_struct.pi_lock".into()),
         addresses: None,
+        processes: None,
         rt_base: None,
         wait: Stats::new(LOCK_SIGFIG),
         hold: None,

@@ -12,6 +12,8 @@ pub const UNMAPPED_MODULE: &str = "[unknown]";
 pub const UNPINNED_MODULE: &str = "[unpinned]";
 /// `module` of a frame in the kernel-provided vDSO.
 pub const VDSO_MODULE: &str = "[vdso]";
+/// `module` of a frame in JIT code named by the process's perf map.
+pub const JIT_MODULE: &str = "[jit]";
 
 /// Hex digits of the build id shown in a frame's text.
 const BUILD_ID_TEXT_LEN: usize = 8;
@@ -106,11 +108,24 @@ pub struct UserStack {
     pub truncated: bool,
 }
 
-/// Modules of the C library and the dynamic loader: their frames are the
-/// system-call wrappers and lock loops the application called, not the
-/// application.
+/// Modules of the language runtimes and the dynamic loader (glibc and musl,
+/// ld.so, the C++ standard library and its unwinder support): their frames
+/// are the system-call wrappers, lock loops and `std::mutex` wrappers the
+/// application called, not the application.
 fn is_runtime_module(module: &str) -> bool {
-    ["libc.so", "libc-", "ld-linux", "ld-musl", "libpthread"].iter().any(|p| module.starts_with(p))
+    const RUNTIMES: [&str; 10] = [
+        "libc.so",
+        "libc-",
+        "ld-linux",
+        "ld-musl",
+        "ld64.so",
+        "libpthread",
+        "libstdc++",
+        "libgcc_s",
+        "libc++",
+        "libatomic",
+    ];
+    RUNTIMES.iter().any(|p| module.starts_with(p))
 }
 
 /// Whether `function` is Rust's standard library (inlined or
@@ -126,11 +141,92 @@ impl UserStack {
     /// library when the application has a frame of its own (its `text()`),
     /// if any.
     pub fn app_frame(&self) -> Option<String> {
+        self.app_user_frame().map(UserFrame::text)
+    }
+
+    /// [`app_frame`](Self::app_frame)'s function alone, short: no C++
+    /// parameter list or return type, no perf-map annotation
+    /// (`v8::base::ConditionVariable::WaitFor`, `JS:~handler`); the frame's
+    /// text when it has no function.
+    pub fn app_function(&self) -> Option<String> {
+        let f = self.app_user_frame()?;
+        let short = if &*f.module == JIT_MODULE { short_jit_function } else { short_function };
+        Some(f.function.as_deref().map_or_else(|| f.text(), |name| short(name).to_string()))
+    }
+
+    /// The application's innermost frame. In a stack that runs JIT code (a
+    /// frame named from a perf map) that code is the application and the
+    /// binary around it (node, java) its runtime: the innermost JIT frame.
+    fn app_user_frame(&self) -> Option<&UserFrame> {
+        if let Some(jit) = self.frames.iter().find(|f| &*f.module == JIT_MODULE) {
+            return Some(jit);
+        }
         let outside_runtime = || self.frames.iter().filter(|f| f.is_mapped() && !is_runtime_module(&f.module));
-        outside_runtime()
-            .find(|f| !f.function.as_deref().is_some_and(is_rust_std))
-            .or_else(|| outside_runtime().next())
-            .map(UserFrame::text)
+        outside_runtime().find(|f| !f.function.as_deref().is_some_and(is_rust_std)).or_else(|| outside_runtime().next())
+    }
+}
+
+/// A function name without what follows it: a demangled C++ name's
+/// parameter list (and a template's return type before it); the whole name
+/// when nothing is left. Templates (`<...>`), lambdas (`{lambda()#1}`),
+/// `(anonymous namespace)` and operators (`operator()`, `operator<`,
+/// `operator new`) are kept.
+pub fn short_function(name: &str) -> &str {
+    const ANON: &str = "(anonymous namespace)";
+    const OPERATOR: &str = "operator";
+    let bytes = name.as_bytes();
+    let (mut depth, mut start, mut end, mut i) = (0usize, 0usize, name.len(), 0usize);
+    while i < bytes.len() {
+        let rest = &name[i..];
+        let word_start = i == 0 || matches!(bytes[i - 1], b':' | b' ');
+        match bytes[i] {
+            b'(' if rest.starts_with(ANON) => i += ANON.len() - 1,
+            b'o' if word_start && rest.starts_with(OPERATOR) => {
+                // The operator's own symbols are part of the name.
+                i += OPERATOR.len();
+                if name[i..].starts_with("()") {
+                    i += 2;
+                } else if name[i..].starts_with(' ') {
+                    // operator new, operator delete[], operator bool
+                    i += 1;
+                    while i < bytes.len()
+                        && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'_' | b'[' | b']'))
+                    {
+                        i += 1;
+                    }
+                } else {
+                    while i < bytes.len() && b"<>=!+-*/%^&|~[],".contains(&bytes[i]) {
+                        i += 1;
+                    }
+                }
+                continue;
+            }
+            b'(' if depth == 0 => {
+                end = i;
+                break;
+            }
+            b'<' | b'{' => depth += 1,
+            b'>' | b'}' => depth = depth.saturating_sub(1),
+            // A space outside templates before the parameter list ends a
+            // return type.
+            b' ' if depth == 0 => start = i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    match name.get(start.min(end)..end) {
+        Some(short) if !short.trim().is_empty() => short,
+        _ => name,
+    }
+}
+
+/// A JIT function's name as a perf map gives it, without the annotation
+/// after its first space (V8's `JS:~handler /app/x.js:8:24`); the whole
+/// name when nothing is left.
+pub fn short_jit_function(name: &str) -> &str {
+    match name.split(' ').next() {
+        Some(short) if !short.is_empty() => short,
+        _ => name,
     }
 }
 
@@ -142,6 +238,11 @@ pub(super) fn is_truncated(frame_count: usize, outermost_mapped: Option<bool>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frame of `function` in `module`.
+    fn named(function: &str, module: &str) -> UserFrame {
+        UserFrame { function: Some(function.into()), module: Arc::from(module), ..binary_frame() }
+    }
 
     fn binary_frame() -> UserFrame {
         UserFrame {
@@ -196,22 +297,83 @@ mod tests {
 
     #[test]
     fn the_application_frame_skips_the_c_library_and_rusts_standard_library() {
-        let f = |function: &str, module: &str| UserFrame {
-            function: Some(function.into()),
-            module: Arc::from(module),
-            ..binary_frame()
-        };
         let stack = |frames: Vec<UserFrame>| UserStack { frames, truncated: false };
         let s = stack(vec![
-            f("syscall", "libc.so.6"),
-            f("std::sys::pal::unix::futex::futex_wait", "app"),
-            f("<std::sync::poison::mutex::Mutex<T>>::lock", "app"),
-            f("app::take_lock", "app"),
+            named("syscall", "libc.so.6"),
+            named("std::sys::pal::unix::futex::futex_wait", "app"),
+            named("<std::sync::poison::mutex::Mutex<T>>::lock", "app"),
+            named("app::take_lock", "app"),
         ]);
         assert_eq!(s.app_frame().as_deref(), Some("app::take_lock+0x0"));
         // Nothing but the standard library outside libc: its innermost frame.
-        let only_std = stack(vec![f("syscall", "libc.so.6"), f("std::thread::park", "app")]);
+        let only_std = stack(vec![named("syscall", "libc.so.6"), named("std::thread::park", "app")]);
         assert_eq!(only_std.app_frame().as_deref(), Some("std::thread::park+0x0"));
-        assert_eq!(stack(vec![f("__lll_lock_wait", "libc.so.6")]).app_frame(), None);
+        assert_eq!(stack(vec![named("__lll_lock_wait", "libc.so.6")]).app_frame(), None);
+    }
+
+    #[test]
+    fn short_functions_drop_parameters_return_types_and_annotations() {
+        assert_eq!(
+            short_function("v8::base::ConditionVariable::WaitFor(v8::base::Mutex*, v8::base::TimeDelta const&)"),
+            "v8::base::ConditionVariable::WaitFor"
+        );
+        assert_eq!(
+            short_function("v8::internal::Object v8::internal::FutexEmulation::WaitSync<int>(v8::internal::Isolate*)"),
+            "v8::internal::FutexEmulation::WaitSync<int>"
+        );
+        assert_eq!(
+            short_function("v8::internal::(anonymous namespace)::Invoke(v8::internal::Isolate*)"),
+            "v8::internal::(anonymous namespace)::Invoke"
+        );
+        assert_eq!(short_function("std::map<int, long>::find(int const&)"), "std::map<int, long>::find");
+        assert_eq!(short_jit_function("JS:~lockprofJsWait /tmp/jit/jit.js:8:24"), "JS:~lockprofJsWait");
+        assert_eq!(short_jit_function("JS:~Module._compile node:internal/x:1:1"), "JS:~Module._compile");
+        assert_eq!(short_jit_function(" odd"), " odd");
+        assert_eq!(short_function("PGSemaphoreLock"), "PGSemaphoreLock");
+        assert_eq!(short_function("Foo::operator()(int) const"), "Foo::operator()");
+        assert_eq!(short_function("main::{lambda()#1}::operator()() const"), "main::{lambda()#1}::operator()");
+        assert_eq!(short_function("main::{lambda()#2}::operator()() const"), "main::{lambda()#2}::operator()");
+        assert_eq!(short_function("Foo::operator<(Foo const&) const"), "Foo::operator<");
+        assert_eq!(short_function("std::operator<<(std::ostream&, char const*)"), "std::operator<<");
+        assert_eq!(short_function("operator new(unsigned long)"), "operator new");
+        assert_eq!(short_function("Foo::operator bool() const"), "Foo::operator bool");
+        assert_eq!(short_function("<myapp::Pool as myapp::Get>::get"), "<myapp::Pool as myapp::Get>::get");
+        assert_eq!(
+            short_function("void (*signal(int, void (*)(int)))(int)"),
+            "void (*signal(int, void (*)(int)))(int)"
+        );
+        assert_eq!(short_function("unwindme::unwindme_take_lock"), "unwindme::unwindme_take_lock");
+    }
+
+    #[test]
+    fn in_jit_code_the_application_frame_is_the_innermost_jit_frame() {
+        let s = UserStack {
+            frames: vec![
+                named("__futex_abstimed_wait_common", "libc.so.6"),
+                named("v8::base::ConditionVariable::WaitFor(v8::base::Mutex*, v8::base::TimeDelta const&)", "node"),
+                named("Builtins_CEntry_Return1_ArgvOnStack_BuiltinExit", "node"),
+                named("JS:~lockprofJsWait /tmp/jit/jit.js:8:24", JIT_MODULE),
+                named("JS:~lockprofJsLoop /tmp/jit/jit.js:17:24", JIT_MODULE),
+            ],
+            truncated: false,
+        };
+        assert_eq!(s.app_function().as_deref(), Some("JS:~lockprofJsWait"));
+        let native = UserStack { frames: s.frames[..3].to_vec(), truncated: false };
+        assert_eq!(native.app_function().as_deref(), Some("v8::base::ConditionVariable::WaitFor"));
+    }
+
+    #[test]
+    fn the_application_frame_skips_the_cpp_runtime_and_the_loader() {
+        let s = UserStack {
+            frames: vec![
+                named("__lll_lock_wait", "libc.so.6"),
+                named("std::__shared_mutex_pthread::lock", "libstdc++.so.6"),
+                named("_Unwind_Find_FDE", "libgcc_s.so.1"),
+                named("_dl_catch_exception", "ld-linux-x86-64.so.2"),
+                named("Cache::insert", "server"),
+            ],
+            truncated: false,
+        };
+        assert_eq!(s.app_frame().as_deref(), Some("Cache::insert+0x0"));
     }
 }

@@ -9,8 +9,10 @@
 //! any mapping `[unknown] 0x..`, and a stack whose process was gone before
 //! pinning keeps its raw ips.
 
+mod debug_files;
 mod frame;
 mod locks;
+mod perf_map;
 mod pin;
 mod resolver;
 mod symbolize;
@@ -23,7 +25,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use frame::{UNMAPPED_MODULE, UNPINNED_MODULE, UserFrame, UserStack, VDSO_MODULE};
+pub use debug_files::{DEBUGINFOD_URLS, DEFAULT_DEBUG_DIRS, DebugFileOptions};
+pub use frame::{
+    JIT_MODULE, UNMAPPED_MODULE, UNPINNED_MODULE, UserFrame, UserStack, VDSO_MODULE, short_function, short_jit_function,
+};
 pub use locks::{UserLockName, UserLockNamer, UserLockNamerCounters};
 pub use pin::PinnedStack;
 pub use resolver::{USER_STACK_EVICTED, UserResolver, UserStackSource};
@@ -47,6 +52,11 @@ pub struct UserStackCounters {
     pub binaries_unavailable: u64,
     /// Distinct (binary, offset) lookups that found no symbol.
     pub symbolize_failures: u64,
+    /// Debug files fetched from debuginfod (`DEBUGINFOD_URLS`), one per
+    /// binary whose debug file was not installed.
+    pub debuginfod_fetched: u64,
+    /// Binaries whose debug file debuginfod did not give.
+    pub debuginfod_missed: u64,
 }
 
 /// Counters are kept by the implementation and handed out by value.
@@ -79,10 +89,10 @@ pub struct BlazeSymbolizer {
 }
 
 impl BlazeSymbolizer {
-    pub fn new() -> Result<Self, UserSymbolsError> {
+    pub fn new(debug: &DebugFileOptions) -> Result<Self, UserSymbolsError> {
         Ok(Self {
             pinner: pin::Pinner::new(),
-            worker: worker::Worker::spawn().map_err(UserSymbolsError::Thread)?,
+            worker: worker::Worker::spawn(debug.clone()).map_err(UserSymbolsError::Thread)?,
             counters: Counters::default(),
         })
     }
@@ -95,7 +105,10 @@ impl UserSymbolizer for BlazeSymbolizer {
 
     fn symbolize(&mut self, pinned: &PinnedStack) -> Arc<UserStack> {
         if let Some(reply) = self.worker.symbolize(pinned) {
-            self.counters.symbolize_failures += reply.failures;
+            let c = &mut self.counters;
+            c.symbolize_failures += reply.counters.symbolize_failures;
+            c.debuginfod_fetched += reply.counters.debuginfod_fetched;
+            c.debuginfod_missed += reply.counters.debuginfod_missed;
             return Arc::new(reply.stack);
         }
         // The symbolizer thread is gone: keep every frame as pinned.

@@ -28,7 +28,8 @@ use blazesym::normalize::{NormalizeOpts, Normalizer, Reason, UserMeta};
 use blazesym::symbolize::Sym;
 
 use super::Counters;
-use super::frame::{UserFrame, VDSO_MODULE, is_truncated};
+use super::frame::{JIT_MODULE, UserFrame, VDSO_MODULE, is_truncated};
+use super::perf_map::PerfMaps;
 
 /// Cached binaries beyond which the cache starts afresh (stacks that still
 /// hold a binary keep it open; new pins reopen). Keeps descriptors bounded
@@ -172,6 +173,8 @@ impl From<&fs::Metadata> for FileKey {
 pub(super) struct Pinner {
     normalizer: Normalizer,
     binaries: Binaries,
+    /// JIT code's names, from the processes' perf maps.
+    perf_maps: PerfMaps,
 }
 
 /// The open binaries, by device + inode and by build id.
@@ -196,6 +199,7 @@ impl Pinner {
             // binary, not by the normalizer on every stack.
             normalizer: Normalizer::builder().enable_procmap_query(procmap_query).enable_build_ids(false).build(),
             binaries: Binaries::default(),
+            perf_maps: PerfMaps::default(),
         }
     }
 
@@ -224,6 +228,7 @@ impl Pinner {
             .collect();
         let mut frames: Vec<PinnedFrame> = Vec::with_capacity(ips.len());
         let mut left_code = false;
+        let mut jit_map: Option<bool> = None;
         for (&(file_offset, meta), &addr) in normalized.outputs.iter().zip(ips) {
             frames.push(match metas.get(meta) {
                 Some(Meta::Binary(binary)) => PinnedFrame::Binary { addr, file_offset, binary: Arc::clone(binary) },
@@ -237,7 +242,16 @@ impl Pinner {
                     left_code = true;
                     break;
                 }
-                Some(Meta::Unmapped | Meta::Nowhere) | None => PinnedFrame::Unmapped(addr),
+                // Anonymous memory: JIT code if the process's perf map names
+                // it (the map brought up to date once per stack).
+                Some(Meta::Unmapped) => {
+                    let has_map = *jit_map.get_or_insert_with(|| self.perf_maps.refresh(pid));
+                    match has_map.then(|| self.jit_frame(pid, addr, !frames.is_empty())).flatten() {
+                        Some(frame) => PinnedFrame::Resolved(Box::new(frame)),
+                        None => PinnedFrame::Unmapped(addr),
+                    }
+                }
+                Some(Meta::Nowhere) | None => PinnedFrame::Unmapped(addr),
             });
         }
         let outermost_mapped = frames.last().map(|frame| !matches!(frame, PinnedFrame::Unmapped(_)));
@@ -246,6 +260,27 @@ impl Pinner {
         counters.truncated += u64::from(truncated);
         counters.left_code += u64::from(left_code);
         PinnedStack::new(pid, true, truncated, frames)
+    }
+}
+
+impl Pinner {
+    /// The frame of `addr` in JIT code, named by process `pid`'s perf map
+    /// (as of its last refresh);
+    /// a return address (`returned`) is looked up at its call instruction.
+    fn jit_frame(&self, pid: u32, addr: u64, returned: bool) -> Option<UserFrame> {
+        let at = if returned { addr.saturating_sub(1) } else { addr };
+        let (symbol, path) = self.perf_maps.find(pid, at)?;
+        Some(UserFrame {
+            function: Some(symbol.name.to_string()),
+            offset: addr - symbol.start,
+            file: None,
+            line: None,
+            module: Arc::from(JIT_MODULE),
+            path,
+            build_id: None,
+            file_offset: 0,
+            addr,
+        })
     }
 }
 

@@ -99,6 +99,8 @@ impl<S: UserStackSource, Y: UserSymbolizer + Send> UserStacks for UserResolver<S
             evicted: self.evicted,
             truncated: c.truncated,
             left_code: c.left_code,
+            debuginfod_fetched: c.debuginfod_fetched,
+            debuginfod_missed: c.debuginfod_missed,
             unwind: self.source.unwind().unwrap_or_default(),
         }
     }

@@ -11,6 +11,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 use super::Counters;
+use super::debug_files::{DebugFile, DebugFileOptions, DebugFiles};
 use super::frame::{UserFrame, UserStack};
 use super::pin::{Binary, PinnedFrame, PinnedStack};
 
@@ -34,18 +35,23 @@ pub(super) struct FrameSymbolizer {
     /// Binaries blazesym has opened (by their `/proc/self/fd` path), so its
     /// cached copy is released once the file is closed.
     sources: HashMap<u64, (Weak<File>, PathBuf)>,
+    /// Separate debug files: where to look, and debuginfod.
+    debug: DebugFiles,
 }
 
 impl FrameSymbolizer {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(debug: &DebugFileOptions) -> Self {
+        let debug = DebugFiles::new(debug);
         Self {
             symbolizer: Symbolizer::builder()
                 .enable_code_info(true)
                 .enable_inlined_fns(false)
                 .enable_demangling(true)
+                .set_debug_dirs(Some(debug.search_dirs()))
                 .build(),
             frames: HashMap::new(),
             sources: HashMap::new(),
+            debug,
         }
     }
 
@@ -91,6 +97,12 @@ impl FrameSymbolizer {
             // the ones dropped since.
             self.release_dropped_binaries();
             self.sources.insert(binary.id, (Arc::downgrade(file), path.clone()));
+            // Before blazesym first opens it: it looks for the debug file then.
+            match self.debug.prepare(binary.build_id.as_deref(), file) {
+                DebugFile::Fetched => counters.debuginfod_fetched += 1,
+                DebugFile::NotFetched => counters.debuginfod_missed += 1,
+                DebugFile::Local | DebugFile::Absent => {}
+            }
         }
         let source = Source::Elf(Elf::new(path));
         let symbol = match self.symbolizer.symbolize_single(&source, Input::FileOffset(file_offset)) {

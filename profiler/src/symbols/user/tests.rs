@@ -60,7 +60,7 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn symbolizes_a_function_of_this_process() {
-    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut symbolizer = BlazeSymbolizer::new(&DebugFileOptions::default()).expect("start the symbolizer");
     let pinned = symbolizer.pin(std::process::id(), &[probe_addr()]);
     assert!(pinned.is_pinned());
     let stack = symbolizer.symbolize(&pinned);
@@ -87,7 +87,7 @@ fn symbolizes_a_function_of_this_process() {
 
 #[test]
 fn outer_frames_are_looked_up_at_the_call_before_the_return_address() {
-    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut symbolizer = BlazeSymbolizer::new(&DebugFileOptions::default()).expect("start the symbolizer");
     let is_probe =
         |frame: &UserFrame| frame.function.as_deref().unwrap_or_default().contains("lockprof_usym_probe_target");
     // probe+1 as a caller frame is a return address after a call at the
@@ -107,7 +107,7 @@ fn outer_frames_are_looked_up_at_the_call_before_the_return_address() {
 
 #[test]
 fn exited_process_still_symbolizes_and_shares_the_binary() {
-    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut symbolizer = BlazeSymbolizer::new(&DebugFileOptions::default()).expect("start the symbolizer");
     // This process's file offset of the probe: the child runs the same binary.
     let own = symbolizer.pin(std::process::id(), &[probe_addr()]);
     let own = symbolizer.symbolize(&own);
@@ -184,7 +184,7 @@ fn a_copy_of_a_held_binary_shares_its_descriptor_and_keeps_its_path() {
         KillOnDrop(child)
     };
     let (first, second) = (spawn(original), spawn(&copy));
-    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut symbolizer = BlazeSymbolizer::new(&DebugFileOptions::default()).expect("start the symbolizer");
     let mut frames = Vec::new();
     for (child, path) in [(&first, original), (&second, copy.as_path())] {
         let pid = child.0.id();
@@ -204,7 +204,7 @@ fn a_copy_of_a_held_binary_shares_its_descriptor_and_keeps_its_path() {
 
 #[test]
 fn a_missing_process_keeps_raw_ips() {
-    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut symbolizer = BlazeSymbolizer::new(&DebugFileOptions::default()).expect("start the symbolizer");
     let ips = [0x7f00_dead_b000, 0x5555_0000_1234];
     let pinned = symbolizer.pin(PID_MAX_LIMIT + 1, &ips);
     assert!(!pinned.is_pinned());
@@ -219,7 +219,7 @@ fn a_missing_process_keeps_raw_ips() {
 
 #[test]
 fn a_walk_that_leaves_mapped_code_stops_there_and_is_counted() {
-    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut symbolizer = BlazeSymbolizer::new(&DebugFileOptions::default()).expect("start the symbolizer");
     // Page zero is never mapped: what a frame-pointer walk through code
     // without frame pointers reads as a "return address" (0x163, 0x1ea).
     // Neither it nor anything the walk found after it is shown.
@@ -255,7 +255,7 @@ fn an_unsymbolizable_frame_keeps_module_and_build_id_and_is_looked_up_once() {
     });
     let frames = vec![pin::PinnedFrame::Binary { addr: 0x7f00_0010_e7d9, file_offset: 0x10e7d9, binary }];
     let pinned = PinnedStack::new(1, true, true, frames);
-    let mut symbolizer = BlazeSymbolizer::new().expect("start the symbolizer");
+    let mut symbolizer = BlazeSymbolizer::new(&DebugFileOptions::default()).expect("start the symbolizer");
     for _ in 0..2 {
         let stack = symbolizer.symbolize(&pinned);
         assert_eq!(stack.frames[0].text(), "libdamaged.so+0x10e7d9 [build-id 5a1f3c9e]");
@@ -277,7 +277,7 @@ fn maps_parsing_and_procmap_query_pin_alike() {
         let mut pinner = pin::Pinner::with_procmap_query(procmap_query);
         let mut counters = Counters::default();
         let pinned = pinner.pin(std::process::id(), &ips, &mut counters);
-        let stack = symbolize::FrameSymbolizer::new().symbolize(&pinned, &mut counters);
+        let stack = symbolize::FrameSymbolizer::new(&DebugFileOptions::default()).symbolize(&pinned, &mut counters);
         let text: Vec<String> = stack.frames.iter().map(UserFrame::text).collect();
         assert!(text[0].contains("lockprof_usym_probe_target"), "{text:?}");
         // The walk left mapped code at 0x10: cut there.
