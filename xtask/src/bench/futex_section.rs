@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::{
-    LOCKPROF_FUTEX, Opts, Tracer, USER_STACKS, WorkloadRuns,
+    LOCKPROF_FUTEX, LOCKPROF_FUTEX_FP, Opts, Tracer, USER_STACKS, USER_STACKS_FP, WorkloadRuns,
     extras::FutexProgCost,
     is_futex_workload,
     markdown::{self, counter_lines, pct, rows},
@@ -63,9 +63,33 @@ contentions/s reported | fidelity (min-max) | lost |\n|---|---|---|---|---|---|-
         );
     }
     md.push('\n');
+    let paired = paired_lines(w, &[(LOCKPROF_FUTEX, LOCKPROF_FUTEX_FP)]);
+    if !paired.is_empty() {
+        md.push_str(&paired);
+        md.push('\n');
+    }
     per_lock_table(md, w);
     counter_lines(md, w);
     md.push('\n');
+}
+
+/// For each (who, peer) of `pairs` that ran on `w`: a line with `who`'s
+/// ops/s over `peer`'s in the same round, median (min-max).
+fn paired_lines(w: &WorkloadRuns, pairs: &[(&str, &str)]) -> String {
+    let col = |label: &str| w.tracers.iter().position(|t| t.label() == label);
+    let mut out = String::new();
+    for (who, peer) in pairs {
+        if let (Some(a), Some(b)) = (col(peer), col(who)) {
+            let ratios = w.samples[b].iter().zip(&w.samples[a]).map(|(f, p)| f.ops_per_s / p.ops_per_s.max(1e-9));
+            let r = range(stats(ratios.collect()));
+            let _ = writeln!(
+                out,
+                "- {}: `{who}` ops/s over `{peer}` ops/s of the same round, median (min-max): {r}",
+                w.name
+            );
+        }
+    }
+    out
 }
 
 /// Per lock of the workload, for each lockprof tracer that saw any futex
@@ -112,13 +136,13 @@ fn kernel_table(md: &mut String, results: &[&WorkloadRuns]) {
         "### Kernel locks with --futex on\n\n| workload | tracer | ops/s | throughput | spread | contentions/s seen | \
 fidelity (min-max) | lost |\n|---|---|---|---|---|---|---|---|"
     );
-    let mut paired = Vec::new();
+    let mut paired = String::new();
     for w in results {
         let rs = rows(w);
         let col = |label: &str| w.tracers.iter().position(|t| t.label() == label);
         for (i, t) in w.tracers.iter().enumerate() {
             let shown = matches!(t, Tracer::Untraced | Tracer::Floor | Tracer::BpftraceFutex)
-                || ["lockprof", USER_STACKS, LOCKPROF_FUTEX].iter().any(|l| col(l) == Some(i));
+                || ["lockprof", USER_STACKS, USER_STACKS_FP, LOCKPROF_FUTEX].iter().any(|l| col(l) == Some(i));
             if !shown {
                 continue;
             }
@@ -136,21 +160,16 @@ fidelity (min-max) | lost |\n|---|---|---|---|---|---|---|---|"
                 if matches!(t, Tracer::Lockprof { .. }) { r.lost.to_string() } else { "-".into() },
             );
         }
-        for (who, peer) in [(LOCKPROF_FUTEX, "lockprof"), (LOCKPROF_FUTEX, USER_STACKS), (BPFTRACE_FUTEX, "untraced")] {
-            if let (Some(a), Some(b)) = (col(peer), col(who)) {
-                let ratios = w.samples[b].iter().zip(&w.samples[a]).map(|(f, p)| f.ops_per_s / p.ops_per_s.max(1e-9));
-                paired.push((w.name.clone(), who, peer, stats(ratios.collect())));
-            }
-        }
+        let pairs = [
+            (LOCKPROF_FUTEX, "lockprof"),
+            (LOCKPROF_FUTEX, USER_STACKS),
+            (USER_STACKS, USER_STACKS_FP),
+            (BPFTRACE_FUTEX, "untraced"),
+        ];
+        paired.push_str(&paired_lines(w, &pairs));
     }
     md.push('\n');
-    for (name, who, peer, r) in paired {
-        let _ = writeln!(
-            md,
-            "- {name}: `{who}` ops/s over `{peer}` ops/s of the same round, median (min-max): {}",
-            range(r)
-        );
-    }
+    md.push_str(&paired);
     md.push('\n');
 }
 
@@ -240,7 +259,13 @@ mod tests {
         let lp = |label: &str| Tracer::Lockprof { label: label.into(), args: vec![] };
         let w = WorkloadRuns {
             name: "futex".into(),
-            tracers: vec![Tracer::Untraced, Tracer::BpftraceFutex, lp("lockprof"), lp(LOCKPROF_FUTEX)],
+            tracers: vec![
+                Tracer::Untraced,
+                Tracer::BpftraceFutex,
+                lp("lockprof"),
+                lp(LOCKPROF_FUTEX),
+                lp(LOCKPROF_FUTEX_FP),
+            ],
             samples: vec![
                 vec![sample(1000.0, None, Some(500.0)), sample(1000.0, None, Some(500.0))],
                 vec![
@@ -249,9 +274,13 @@ mod tests {
                 ],
                 vec![sample(990.0, Some(0.0), Some(500.0)), sample(990.0, Some(0.0), Some(500.0))],
                 vec![sample(800.0, Some(300.0), Some(400.0)), sample(800.0, Some(360.0), Some(400.0))],
+                vec![sample(1000.0, Some(300.0), Some(400.0)), sample(900.0, Some(360.0), Some(400.0))],
             ],
         };
         let md = render("kernel k", &opts(), &[w], None);
+        let copy_over_fp = "- futex: `lockprof --futex` ops/s over `lockprof --futex --user-unwind fp` ops/s of the same \
+round, median (min-max): 0.84 (0.80-0.89)";
+        assert!(md.contains(copy_over_fp), "{md}");
         assert!(md.starts_with(FUTEX_HEADING), "{md}");
         assert!(md.contains("| untraced | 1000 | 1.000x | 0% | - | 500 | - | - | - |"), "{md}");
         assert!(md.contains("| bpftrace futex count | 900 | 0.900x | 0% | 9000 | 400 | - | - | - |"), "{md}");

@@ -91,19 +91,30 @@ pub const LOCKPROF_FUTEX: &str = "lockprof --futex";
 /// kernel-lock workloads.
 pub const USER_STACKS: &str = "lockprof --user-stacks";
 
+/// User stacks by the kernel's frame-pointer walk, the cheaper peer of the
+/// default copy (which unwinds code without frame pointers).
+pub const USER_STACKS_FP: &str = "lockprof --user-stacks --user-unwind fp";
+
+/// `--futex` with its user stacks by frame pointers.
+pub const LOCKPROF_FUTEX_FP: &str = "lockprof --futex --user-unwind fp";
+
 /// The tracers of the rotation of `workload`: a user-space lock workload
 /// runs untraced, under the bpftrace futex floor, and under lockprof
 /// without and with `--futex`; the others under every kernel-lock tracer.
 /// With `futex_only`, the others run just untraced, the floor, the bpftrace
 /// futex counter, lockprof, lockprof --user-stacks (which `--futex`
-/// implies) and lockprof --futex.
+/// implies; by copy and by frame pointers) and lockprof --futex.
 fn tracers(o: &Opts, workload: &str) -> Vec<Tracer> {
     if is_futex_workload(workload) {
         let mut t = vec![Tracer::Untraced];
         if bpftrace::available() {
             t.push(Tracer::BpftraceFutex);
         }
-        t.extend([lp("lockprof", &[]), lp(LOCKPROF_FUTEX, &["--futex"])]);
+        t.extend([
+            lp("lockprof", &[]),
+            lp(LOCKPROF_FUTEX, &["--futex"]),
+            lp(LOCKPROF_FUTEX_FP, &["--futex", "--user-unwind", "fp"]),
+        ]);
         return t;
     }
     if o.futex_only {
@@ -113,7 +124,12 @@ fn tracers(o: &Opts, workload: &str) -> Vec<Tracer> {
         if bpftrace::available() {
             t.push(Tracer::BpftraceFutex);
         }
-        t.extend([lp("lockprof", &[]), lp(USER_STACKS, &["--user-stacks"]), lp(LOCKPROF_FUTEX, &["--futex"])]);
+        t.extend([
+            lp("lockprof", &[]),
+            lp(USER_STACKS, &["--user-stacks"]),
+            lp(USER_STACKS_FP, &["--user-stacks", "--user-unwind", "fp"]),
+            lp(LOCKPROF_FUTEX, &["--futex"]),
+        ]);
         return t;
     }
     let mut t = vec![Tracer::Untraced, Tracer::Floor];
@@ -127,6 +143,7 @@ fn tracers(o: &Opts, workload: &str) -> Vec<Tracer> {
     // The application's view: user stacks walked with the kernel stacks, and
     // the price of the cgroup id every wait records by default.
     t.push(lp(USER_STACKS, &["--user-stacks"]));
+    t.push(lp(USER_STACKS_FP, &["--user-stacks", "--user-unwind", "fp"]));
     t.push(lp("lockprof --no-cgroups", &["--no-cgroups"]));
     for v in &o.variants {
         let (label, args) = v.split_once('=').unwrap_or((v.as_str(), ""));
