@@ -14,8 +14,9 @@ pub const STACK_FAILED: u32 = 2;
 pub const PENDING_FULL: u32 = 3;
 /// `contention_end` with no matching begin (attached mid-wait).
 pub const END_WITHOUT_BEGIN: u32 = 4;
-/// Begin while the same task already waited on another lock (irq nesting,
-/// qrwlock's internal wait_lock): the inner wait is skipped, like perf.
+/// Begin while the same task (or, for spinning waits, this CPU at two
+/// levels already) waited on another lock: the inner wait is skipped.
+/// Spinning waits nested one level deep are measured ([`NESTED_WAITS`]).
 pub const NESTED: u32 = 5;
 /// Begin again on the same lock (mutex: spin then sleep): merged.
 pub const REPEATED_BEGIN: u32 = 6;
@@ -93,8 +94,16 @@ pub const USER_STACK_COPIES: u32 = 33;
 /// `--user-stacks` (unwind mode): waits whose user stack was known by its
 /// signature (an unwound stack of the same words): no copy.
 pub const USER_STACK_SIGNED: u32 = 34;
+/// Waits whose kernel stack was walked only to their caller
+/// ([`crate::CALLER_DEPTH`] frames): the `--stack-rate` budget spent and no
+/// reusable stack known. The caller has no budget of its own.
+pub const STACKS_CUT: u32 = 35;
+/// Spinning waits that began inside another spinning wait on the same CPU
+/// (qrwlock's `wait_lock`, an interrupt's spinlock): measured under their
+/// own lock, in `NESTED_SPIN_SLOT`.
+pub const NESTED_WAITS: u32 = 36;
 /// Number of counters.
-pub const COUNT: u32 = 35;
+pub const COUNT: u32 = 37;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -133,6 +142,8 @@ pub const NAMES: [&str; COUNT as usize] = [
     "agg_cache_missed",
     "user_stack_copies",
     "user_stack_signed",
+    "stacks_cut",
+    "nested",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what

@@ -351,4 +351,15 @@ pub mod floor {
     pub const BEGIN_BTF: &str = "floor_begin_btf";
     /// `tp_btf/contention_end`, counting only.
     pub const END_BTF: &str = "floor_end_btf";
+    /// Index in `FLOOR`: `contention_begin` calls.
+    pub const BEGINS: u32 = 0;
+    /// Index in `FLOOR`: `contention_end` calls (one per contention).
+    pub const ENDS: u32 = 1;
+    /// Index in `FLOOR`: begins of spinlock waits (a pure spinning wait
+    /// begins once, so these are its waits).
+    pub const SPINLOCK_BEGINS: u32 = 2;
+    /// Index in `FLOOR`: begins of rwlock waits.
+    pub const RWLOCK_BEGINS: u32 = 3;
+    /// Entries of `FLOOR`.
+    pub const SLOTS: u32 = 4;
 }

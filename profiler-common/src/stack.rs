@@ -131,12 +131,25 @@ impl StoredUserStack {
     }
 }
 
+/// Frames a wait's kernel stack is walked to when the `--stack-rate` budget
+/// is spent and no reusable stack is known: enough to pass the tracing
+/// frames (at most 6) and the lock's own functions (at most 4: slowpath,
+/// its wrapper, the lock function and an inlined helper's frame) to the
+/// caller. Such a stack is [`STACK_CUT`].
+pub const CALLER_DEPTH: u32 = 12;
+
+/// Bit of [`StoredStack::nr`]: the walk stopped at [`CALLER_DEPTH`] frames
+/// on purpose (the budget was spent), so the stack's root is not the
+/// thread's. Part of the hash, so a cut stack never shares an id with a
+/// whole one.
+pub const STACK_CUT: u64 = 1 << 32;
+
 /// Value of the `STACKS` map: `nr` instruction pointers, innermost first
-/// (entries past `nr` are garbage).
+/// (entries past `nr` are garbage), and [`STACK_CUT`].
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct StoredStack {
-    /// Frames in `ips`.
+    /// Frames in `ips` (low 32 bits), and [`STACK_CUT`].
     pub nr: u64,
     /// Instruction pointers.
     pub ips: [u64; MAX_STACK_DEPTH],
@@ -145,8 +158,14 @@ pub struct StoredStack {
 impl StoredStack {
     /// The frames.
     pub fn frames(&self) -> &[u64] {
-        let n = if self.nr as usize > MAX_STACK_DEPTH { MAX_STACK_DEPTH } else { self.nr as usize };
+        let nr = self.nr & (STACK_CUT - 1);
+        let n = if nr as usize > MAX_STACK_DEPTH { MAX_STACK_DEPTH } else { nr as usize };
         &self.ips[..n]
+    }
+
+    /// Whether the walk was cut at [`CALLER_DEPTH`] on purpose.
+    pub fn is_cut(&self) -> bool {
+        self.nr & STACK_CUT != 0
     }
 }
 
@@ -198,5 +217,8 @@ mod tests {
         assert_eq!(s.frames(), &[7, 7]);
         let bad = StoredStack { nr: 10_000, ips: [0; MAX_STACK_DEPTH] };
         assert_eq!(bad.frames().len(), MAX_STACK_DEPTH);
+        assert!(!s.is_cut() && !bad.is_cut());
+        let cut = StoredStack { nr: STACK_CUT | 3, ips: [7; MAX_STACK_DEPTH] };
+        assert_eq!((cut.frames().len(), cut.is_cut()), (3, true));
     }
 }

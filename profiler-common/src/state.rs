@@ -13,6 +13,13 @@ pub mod owner {
     /// An rwsem held by readers (`Owner::tid` holds their count when the
     /// kernel exposes it, else 0).
     pub const READERS: u32 = 2;
+    /// A reader/writer spinlock (a qrwlock, `tasklist_lock`) held by a
+    /// writer: its lock word says so, but records no owner to name
+    /// (`Owner::tid` 0).
+    pub const WRITER: u32 = 3;
+    /// The owner thread id of [`WRITER`]'s blame rows: no thread has it
+    /// (pid_max is at most 2^22).
+    pub const WRITER_TID: u32 = u32::MAX - 1;
 }
 
 /// The holder of a lock when a wait on it began. (Its `Default` stays
@@ -130,8 +137,8 @@ pub struct PendingWait {
     pub tgid: u32,
     /// Waiting thread id.
     pub tid: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// 1 when `stack_id` is a walk cut at its caller ([`crate::STACK_CUT`]).
+    pub stack_cut: u32,
     /// Who held the lock when the wait began.
     pub owner: Owner,
 }
@@ -143,8 +150,14 @@ pub const SPIN_SLOT: u32 = 0;
 /// so the wait stays on this CPU and out of the per-task hash map unless it
 /// sleeps.
 pub const MUTEX_SPIN_SLOT: u32 = 1;
+/// `SPIN_PENDING` slot of a pure spinning wait that began while another
+/// was pending in [`SPIN_SLOT`] on this CPU: qrwlock's internal
+/// `wait_lock`, contended inside an rwlock's wait, or a spinlock an
+/// interrupt contends inside a spinning wait. Measured under its own lock
+/// (`nested` counts them); a third level is skipped (`nested_skipped`).
+pub const NESTED_SPIN_SLOT: u32 = 2;
 /// Slots of `SPIN_PENDING`.
-pub const SPIN_SLOTS: u32 = 2;
+pub const SPIN_SLOTS: u32 = 3;
 
 /// An entry of the per-CPU stack cache (`STACK_CACHE`, indexed by
 /// [`stack_cache_index`]): the last stack captured for a thread on this
@@ -163,6 +176,10 @@ pub struct CachedStack {
     pub tid: u32,
     /// Flags of that wait.
     pub flags: u32,
+    /// 1 when `stack_id` is a walk cut at its caller ([`crate::STACK_CUT`]).
+    pub cut: u32,
+    /// Reserved, zero.
+    pub _pad: u32,
 }
 
 /// Entries of the per-CPU stack cache (a power of two).
@@ -269,7 +286,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<Acquired>(), 64);
         assert_eq!(core::mem::size_of::<Holder>(), 16);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u32::MAX) < ACQUIRED_SLOTS);
-        assert_eq!(core::mem::size_of::<CachedStack>(), 32);
+        assert_eq!(core::mem::size_of::<CachedStack>(), 40);
         assert!(STACK_CACHE_SLOTS.is_power_of_two());
         assert!((0..1000u32).all(|t| stack_cache_index(t, u32::MAX) < STACK_CACHE_SLOTS));
         assert_ne!(stack_cache_index(4242, 0x21), stack_cache_index(4242, 0x1), "a mutex's spin and sleep entries");

@@ -44,7 +44,7 @@ fn on_release<C: EbpfContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
         cgroup_id: 0,
         tgid: ids.tgid,
         tid: ids.tid,
-        _pad: 0,
+        stack_cut: 0,
         owner: Owner::default(),
     };
     count(counter::HOLDS);

@@ -125,7 +125,9 @@ pub fn owner_of<const PREV: bool>(cfg: &Config, lock: u64, flags: u32) -> Owner 
             // No owner field, but the lock word tells readers from a writer.
             // SAFETY: bpf_probe_read_kernel checks the address.
             let cnts: u32 = unsafe { bpf_probe_read_kernel(lock as *const u32) }.unwrap_or_default();
-            if cnts & QW_LOCKED == 0 && cnts >> QR_SHIFT != 0 {
+            if cnts & QW_LOCKED == QW_LOCKED {
+                o.kind = owner::WRITER;
+            } else if cnts >> QR_SHIFT != 0 {
                 o.kind = owner::READERS;
                 o.tid = cnts >> QR_SHIFT;
             }

@@ -12,8 +12,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    CachedStack, Config, EVENT_USER_STACK, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE, MAX_STACK_DEPTH,
-    STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE,
+    CALLER_DEPTH, CachedStack, Config, EVENT_USER_STACK, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE, MAX_STACK_DEPTH,
+    STACK_CUT, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE,
     USER_STACK_OFF, USER_STACKS_UNWIND, UserStackEvent, counter, is_stack, known, stack_cache_index, stack_error,
     stack_hash_finish, stack_hash_step, user_stack_seed,
 };
@@ -73,9 +73,10 @@ fn failed<C: StackIdContext>(ctx: &C, counter: u32, what: &str, errno: i64) -> S
     stack_error(errno.unsigned_abs() as u32)
 }
 
-/// Folds the first `nr` of `ips` into `seed` (bounded for the verifier).
+/// Folds the first `nr` of `ips` into `seed` (bounded for the verifier),
+/// finished with `tag` (`nr`, and for kernel stacks [`STACK_CUT`]).
 #[inline(always)]
-fn hash_frames(seed: u64, ips: &[u64; MAX_STACK_DEPTH], nr: u64) -> StackId {
+fn hash_frames(seed: u64, ips: &[u64; MAX_STACK_DEPTH], nr: u64, tag: u64) -> StackId {
     let mut h = seed;
     let mut i = 0usize;
     while i < MAX_STACK_DEPTH && (i as u64) < nr {
@@ -84,7 +85,7 @@ fn hash_frames(seed: u64, ips: &[u64; MAX_STACK_DEPTH], nr: u64) -> StackId {
         }
         i += 1;
     }
-    stack_hash_finish(h, nr)
+    stack_hash_finish(h, tag)
 }
 
 /// The pointer-sized value at `base + off` (0 when unknown or unreadable).
@@ -161,7 +162,7 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
     let tgid = address_space_owner(cfg, tgid);
     buf.nr = nr as u32;
     buf.tgid = tgid;
-    let id = hash_frames(user_stack_seed(tgid), &buf.ips, nr);
+    let id = hash_frames(user_stack_seed(tgid), &buf.ips, nr, nr);
     if USER_STACKS.get_ptr(id).is_some() {
         return id;
     }
@@ -179,9 +180,11 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
 
 /// Walks the kernel stack and stores it; its id, or why there is none.
 /// A frame the walk misses ([`WalkContext::entry_return`]) is put back in
-/// second place, after the probed function.
+/// second place, after the probed function. `cut`: walk only
+/// [`CALLER_DEPTH`] frames, to the caller; a stack that ends there is
+/// stored as [`STACK_CUT`] (one that ends sooner is whole).
 #[inline(always)]
-pub(crate) fn capture<C: WalkContext>(ctx: &C) -> StackId {
+pub(crate) fn capture<C: WalkContext>(ctx: &C, cut: bool) -> StackId {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
         return failed(ctx, counter::STACK_FAILED, "stack scratch lookup", -7);
     };
@@ -190,29 +193,31 @@ pub(crate) fn capture<C: WalkContext>(ctx: &C) -> StackId {
     let buf: &mut StoredStack = unsafe { &mut *buf };
     let ret = ctx.entry_return();
     let skip = usize::from(ret != 0);
-    let size = (core::mem::size_of_val(&buf.ips) - skip * 8) as u32;
-    // SAFETY: from `skip` (0 or 1) on, `buf.ips` has `size` writable bytes of
-    // map memory; the context pointer is the program's own.
+    let size = if cut { CALLER_DEPTH * 8 } else { (core::mem::size_of_val(&buf.ips) - skip * 8) as u32 };
+    // SAFETY: from `skip` (0 or 1) on, `buf.ips` has at least `size` writable
+    // bytes of map memory (CALLER_DEPTH is far below MAX_STACK_DEPTH - 1);
+    // the context pointer is the program's own.
     let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().add(skip).cast(), size, 0) };
     if n < 0 {
         return failed(ctx, counter::STACK_FAILED, "bpf_get_stack", n);
     }
     let mut nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
+    let cut = cut && nr >= u64::from(CALLER_DEPTH);
     if skip == 1 && nr > 0 {
         // [_, probed function, caller's caller, ...] -> [probed function, caller, caller's caller, ...]
         buf.ips[0] = buf.ips[1];
         buf.ips[1] = ret;
         nr = (nr + 1).min(MAX_STACK_DEPTH as u64);
     }
-    store(ctx, buf, nr)
+    store(ctx, buf, nr, cut)
 }
 
 /// Stores the `nr` frames walked into `buf` (this CPU's scratch slot) under
 /// their hash; their id, or why there is none.
 #[inline(always)]
-fn store<C: StackIdContext>(ctx: &C, buf: &mut StoredStack, nr: u64) -> StackId {
-    buf.nr = nr;
-    let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr);
+fn store<C: StackIdContext>(ctx: &C, buf: &mut StoredStack, nr: u64, cut: bool) -> StackId {
+    buf.nr = if cut { nr | STACK_CUT } else { nr };
+    let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr, buf.nr);
     if STACKS.get_ptr(id).is_some() {
         return id;
     }
@@ -271,7 +276,7 @@ pub(crate) fn capture_task<C: StackIdContext>(ctx: &C, tid: u32) -> StackId {
     if n < 0 {
         return failed(ctx, counter::STACK_FAILED, "bpf_get_task_stack", n);
     }
-    store(ctx, buf, (n as u64 / 8).min(MAX_STACK_DEPTH as u64))
+    store(ctx, buf, (n as u64 / 8).min(MAX_STACK_DEPTH as u64), false)
 }
 
 /// `ESRCH`: no such task.
@@ -338,6 +343,8 @@ pub fn user_stack_for<C: StackIdContext>(
                     user_stack_id: user_id,
                     tid,
                     flags,
+                    cut: 0,
+                    _pad: 0,
                 }
             };
         }
@@ -358,10 +365,12 @@ pub fn user_stack_for<C: StackIdContext>(
 
 /// The stacks for a new wait (or call) of thread `tid`, kernel and user
 /// (`with_user`: the configuration asks for user stacks and the program
-/// records them): walked when the budget allows (one budget unit for both,
+/// records them), and whether the kernel stack was cut at the caller:
+/// walked whole when the budget allows (one budget unit for both,
 /// remembered in this CPU's stack cache), else the thread's last stacks on
-/// this CPU for the same lock and flags, else [`STACK_SKIPPED`]. Both
-/// outcomes are counted.
+/// this CPU for the same lock and flags, else the kernel stack walked to its
+/// caller only ([`CALLER_DEPTH`] frames, no user stack), so that every wait
+/// has a caller. Each outcome is counted.
 ///
 /// The cache has an entry per thread and flags ([`stack_cache_index`]): a
 /// thread's first spins and its sleeping waits on one mutex no longer evict
@@ -375,29 +384,33 @@ pub fn stack_for<C: WalkContext>(
     flags: u32,
     ids: (u32, u32),
     with_user: bool,
-) -> (StackId, StackId) {
+) -> (StackId, StackId, bool) {
     let (tid, tgid) = ids;
     let user = with_user && cfg.user_stacks != 0;
     let cached = STACK_CACHE.get_ptr_mut(stack_cache_index(tid, flags));
-    if budget_allows(cfg.stacks_per_window, now) {
-        let id = capture(ctx);
-        let user_id = if user { capture_user(ctx, cfg, tgid) } else { USER_STACK_OFF };
-        if let Some(c) = cached {
-            // SAFETY: this CPU's cache entry from a successful lookup, valid
-            // for the map's lifetime (see `context` for concurrent updates).
-            unsafe { *c = CachedStack { lock_addr, stack_id: id, user_stack_id: user_id, tid, flags } };
-        }
-        return (id, user_id);
-    }
-    // SAFETY: as above; only read.
-    match cached.map(|c| unsafe { *c }) {
-        Some(c) if is_hit(&c, tid, lock_addr, flags) => {
+    let whole = budget_allows(cfg.stacks_per_window, now);
+    if !whole {
+        // SAFETY: this CPU's cache entry from a successful lookup, valid for
+        // the map's lifetime (see `context` for concurrent updates); only read.
+        if let Some(c) = cached.map(|c| unsafe { *c })
+            && is_hit(&c, tid, lock_addr, flags)
+        {
             count(counter::STACK_REUSED);
-            (c.stack_id, if user { c.user_stack_id } else { USER_STACK_OFF })
+            return (c.stack_id, if user { c.user_stack_id } else { USER_STACK_OFF }, c.cut != 0);
         }
-        _ => {
-            count(counter::STACK_SKIPPED);
-            (STACK_SKIPPED, if user { STACK_SKIPPED } else { USER_STACK_OFF })
-        }
+        count(counter::STACKS_CUT);
     }
+    // One walk for both outcomes (one call site: the 6.1-era begin build's
+    // stack has no room for a second).
+    let id = capture(ctx, !whole);
+    let user_id = match (user, whole) {
+        (true, true) => capture_user(ctx, cfg, tgid),
+        (true, false) => STACK_SKIPPED,
+        (false, _) => USER_STACK_OFF,
+    };
+    if let Some(c) = cached {
+        // SAFETY: as above.
+        unsafe { *c = CachedStack { lock_addr, stack_id: id, user_stack_id: user_id, tid, flags, cut: u32::from(!whole), _pad: 0 } };
+    }
+    (id, user_id, !whole)
 }

@@ -9,7 +9,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
-    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
+    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, NESTED_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
     UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
 };
 
@@ -22,6 +22,26 @@ use crate::{
     ringbuf,
     stack::{self, WalkContext, stack_for},
 };
+
+/// The slot a pure spinning wait on `lock_addr` begins in: this CPU's
+/// `SPIN_SLOT`, or, when a spinning wait on another lock is pending there
+/// (qrwlock's `wait_lock` inside an rwlock's wait; an interrupt's spinlock),
+/// `NESTED_SPIN_SLOT`, so the inner wait is measured under its own lock as
+/// the kernel reported it. `None` when the begin merges into a pending
+/// wait on the same lock or nests deeper (counted).
+#[inline(always)]
+fn spin_target(lock_addr: u64, flags: u32) -> Option<&'static mut PendingWait> {
+    let outer = spin_slot(SPIN_SLOT)?;
+    if outer.lock_addr == 0 || outer.lock_addr == lock_addr {
+        return merge_begin(outer, lock_addr, flags).then_some(outer);
+    }
+    let inner = spin_slot(NESTED_SPIN_SLOT)?;
+    if inner.lock_addr == 0 {
+        count(counter::NESTED_WAITS);
+        return Some(inner);
+    }
+    merge_begin(inner, lock_addr, flags).then_some(inner)
+}
 
 /// Starts (or merges into) a wait in `slot`; returns true if the caller
 /// should capture a stack and fill the slot.
@@ -156,10 +176,9 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     // (below).
     let mut first_spin = false;
     let target: &mut PendingWait = if is_spinning(flags) {
-        let slot = spin_slot(SPIN_SLOT).ok_or(0u32)?;
-        if !merge_begin(slot, lock_addr, flags) {
+        let Some(slot) = spin_target(lock_addr, flags) else {
             return Ok(0);
-        }
+        };
         slot
     } else if flags == lcb::MUTEX | lcb::SPIN && task_running(cfg) {
         // A mutex's first optimistic spin: mutexes are not taken in
@@ -217,7 +236,9 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     target.tgid = ids.tgid;
     target.tid = ids.tid;
     target.cgroup_id = cgroup_id;
-    (target.stack_id, target.user_stack_id) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
+    let cut;
+    (target.stack_id, target.user_stack_id, cut) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
+    target.stack_cut = u32::from(cut);
     target.owner =
         if first_spin { spin_owner::<MODERN>(cfg, lock_addr, word) } else { owner_of::<MODERN>(cfg, lock_addr, flags) };
     if MODERN {
@@ -264,6 +285,15 @@ fn take_pending(lock_addr: u64, tid: u32, key: u64) -> Option<PendingWait> {
         }
         busy = slot.lock_addr != 0;
     }
+    // A nested spinning wait (only ever pending while `SPIN_SLOT` is).
+    if busy
+        && let Some(slot) = spin_slot(NESTED_SPIN_SLOT)
+        && slot.lock_addr == lock_addr
+    {
+        let p = *slot;
+        slot.lock_addr = 0;
+        return Some(p);
+    }
     if let Some(slot) = spin_slot(MUTEX_SPIN_SLOT)
         && slot.lock_addr == lock_addr
         && slot.tid == tid
@@ -305,7 +335,7 @@ pub fn on_end<C: WalkContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
     Ok(0)
 }
 
-/// A long wait (at least `--outlier-us`) whose stack was skipped at its
+/// A long wait (at least `--outlier-us`) whose stack was skipped or cut at its
 /// begin, the budget spent (a storm elsewhere spends it): its stack taken
 /// now, at its end, in the same slowpath. Long waits are few, and they are
 /// the ones the slowest-waits list and incident triggers show. (Not when a
@@ -313,7 +343,7 @@ pub fn on_end<C: WalkContext>(ctx: &C, lock_addr: u64) -> Result<u32, u32> {
 /// begin programs' frames with one more call, 544 of 512 bytes on 6.1.)
 #[inline(always)]
 fn restack_long<C: WalkContext>(ctx: &C, p: &mut PendingWait) {
-    if p.stack_id != STACK_SKIPPED {
+    if p.stack_id != STACK_SKIPPED && p.stack_cut == 0 {
         return;
     }
     let cfg = config();
@@ -323,7 +353,8 @@ fn restack_long<C: WalkContext>(ctx: &C, p: &mut PendingWait) {
         return;
     }
     p.stack_id = late_stack(ctx);
-    // Its begin noted the wait without a stack.
+    p.stack_cut = 0;
+    // Its begin noted the wait without a whole stack.
     note_waiting(cfg, p.tid, p.lock_addr, p.stack_id, p.flags);
 }
 
@@ -334,7 +365,7 @@ fn restack_long<C: WalkContext>(ctx: &C, p: &mut PendingWait) {
 #[inline(never)]
 fn late_stack<C: WalkContext>(ctx: &C) -> StackId {
     count(counter::STACKS_LATE);
-    stack::capture(ctx)
+    stack::capture(ctx, false)
 }
 
 /// A record of the wait (or hold) in `p`, ended at `now`.
@@ -402,7 +433,11 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
         // Blame: the wait charged to whoever held the lock (readers: tid 0).
         let key = AggKey {
             lock_addr: pending.lock_addr,
-            tid: if o.kind == owner::TASK { o.tid } else { 0 },
+            tid: match o.kind {
+                owner::TASK => o.tid,
+                owner::WRITER => owner::WRITER_TID,
+                _ => 0,
+            },
             tgid: o.tgid,
             flags: pending.flags | AGG_BLAME,
             stack_id: o.stack_id,

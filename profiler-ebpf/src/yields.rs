@@ -29,7 +29,7 @@ fn yield_entry<C: WalkContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, 
     // Under a pause-loop-exit storm yield_to is itself hot: stack walks share
     // the per-CPU budget of the waits (beyond it the call is kept, stackless).
     // SAFETY: helper without preconditions.
-    let (stack_id, _) = stack_for(ctx, cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, (ids.tid, ids.tgid), false);
+    let (stack_id, _, _) = stack_for(ctx, cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, (ids.tid, ids.tgid), false);
     let off = cfg.task;
     let mut start = YieldStart { stack_id, preempt, ..YieldStart::default() };
     if task != 0 && off.pid != 0 {

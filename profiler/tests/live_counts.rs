@@ -8,6 +8,8 @@
 
 mod support;
 
+use profiler_common::LockType;
+
 use std::{
     sync::{Arc, atomic::AtomicBool},
     thread,
@@ -59,4 +61,88 @@ fn every_contention_is_counted_once_across_many_drains() {
         missing <= unmeasured + ends / 100,
         "{missing} contentions neither measured nor counted as skipped (of {ends}; {unmeasured} skipped)"
     );
+}
+
+/// What the floor counted and lockprof reported during one recording of
+/// pipe + fork + unlink + mmap storms: (all contentions, spinlock, rwlock).
+struct Tally {
+    floor: (u64, u64, u64),
+    lockprof: (u64, u64, u64),
+    drops: String,
+}
+
+/// Records pipe, fork, unlink and mmap storms at once for 3 s, with `hogs`
+/// threads spinning beside them, and the floor's counts over the same
+/// window: read once lockprof is attached and again before it stops, so
+/// each side counts the storms' contentions plus the background of a
+/// moment.
+fn storms_counted(floor: &FloorProbes, hogs: usize) -> Tally {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let session = Session::start(SessionOptions::recommended()).expect("load and attach");
+        let (before, spin_before) = (floor.counts().1, floor.spinning());
+        let stop = Arc::new(AtomicBool::new(false));
+        let hog_threads: Vec<_> = (0..hogs)
+            .map(|_| {
+                let stop = stop.clone();
+                thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let storms: Vec<_> = [Workload::Pipe, Workload::Fork, Workload::Unlink, Workload::Mmap]
+            .into_iter()
+            .map(|w| {
+                let stop = stop.clone();
+                thread::spawn(move || (w, workload::run(w, 2, Duration::from_secs(3), stop)))
+            })
+            .collect();
+        while !storms.iter().all(|t| t.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for t in storms {
+            let (w, outcome) = t.join().expect("storm thread");
+            assert!(outcome.expect("storm").ops > 0, "the {w:?} storm made no progress");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in hog_threads {
+            t.join().expect("hog thread");
+        }
+        let (after, spin_after) = (floor.counts().1, floor.spinning());
+        let p = session.finish().await.expect("finish");
+        let of = |t: LockType| p.locks.iter().filter(|l| l.lock_type == t).map(|l| l.wait.count()).sum::<u64>();
+        Tally {
+            floor: (after - before, spin_after.0 - spin_before.0, spin_after.1 - spin_before.1),
+            lockprof: (p.meta.events, of(LockType::Spinlock), of(LockType::Rwlock)),
+            drops: format!("{:?}", p.meta.drops),
+        }
+    })
+}
+
+/// `lockprof` within 1% of `floor` (and within a few waits when both are
+/// small: the background of the moments the two windows differ by).
+fn agrees(lockprof: u64, floor: u64) -> bool {
+    lockprof.abs_diff(floor) <= (floor / 100).max(20)
+}
+
+#[test]
+fn counts_agree_with_a_counter_per_class_idle_and_beside_two_cpu_hogs() {
+    const TEST: &str = "counts_agree_with_a_counter_per_class_idle_and_beside_two_cpu_hogs";
+    if !support::ready_unless(TEST, support::tracepoints_missing()) {
+        return;
+    }
+    let floor = FloorProbes::attach().expect("attach the floor programs");
+    for hogs in [0, 2] {
+        let t = storms_counted(&floor, hogs);
+        eprintln!("{TEST}: {hogs} hogs: floor {:?}, lockprof {:?} (all, spinlock, rwlock); {}", t.floor, t.lockprof, t.drops);
+        assert!(t.floor.0 > 100_000, "{hogs} hogs: the storms made only {} contentions", t.floor.0);
+        assert!(t.floor.1 > 0, "{hogs} hogs: no spinlock contention to compare: {:?}", t.floor);
+        for (class, l, f) in
+            [("all", t.lockprof.0, t.floor.0), ("spinlock", t.lockprof.1, t.floor.1), ("rwlock", t.lockprof.2, t.floor.2)]
+        {
+            assert!(agrees(l, f), "{hogs} hogs: {class}: lockprof {l} against the counter's {f}; {}", t.drops);
+        }
+    }
 }

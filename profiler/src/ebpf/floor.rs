@@ -34,8 +34,17 @@ impl FloorProbes {
     /// Tracepoint hits counted so far: (begins, ends). Every contention has
     /// one end (a mutex that spins, then sleeps, begins twice).
     pub fn counts(&self) -> (u64, u64) {
+        (self.sum(floor::BEGINS), self.sum(floor::ENDS))
+    }
+
+    /// Contentions counted so far on spinlocks and on rwlocks (their
+    /// begins: a pure spinning wait begins once).
+    pub fn spinning(&self) -> (u64, u64) {
+        (self.sum(floor::SPINLOCK_BEGINS), self.sum(floor::RWLOCK_BEGINS))
+    }
+
+    fn sum(&self, idx: u32) -> u64 {
         let arr = self.ebpf.map(floor::MAP).and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok());
-        let sum = |i: u32| arr.as_ref().and_then(|a| a.get(&i, 0).ok()).map(|v| v.iter().sum()).unwrap_or(0);
-        (sum(0), sum(1))
+        arr.and_then(|a| a.get(&idx, 0).ok()).map(|v| v.iter().sum()).unwrap_or(0)
     }
 }

@@ -157,14 +157,23 @@ pub struct Bookkeeping {
     /// An end whose begin was not seen (attached mid-wait; a begin the kernel
     /// skipped is also in `recursion_misses`).
     pub end_without_begin: u64,
-    /// A begin on another lock inside a pending wait: skipped, like perf.
+    /// A begin on another lock inside a pending wait that could not be
+    /// measured (a third spinning level; a sleeping wait inside the task's
+    /// pending one): skipped.
     pub nested_skipped: u64,
+    /// Spinning waits that began inside another spinning wait on the CPU,
+    /// measured under their own lock.
+    pub nested: u64,
     /// A second begin on the same lock (mutex spin, then sleep): merged.
     pub repeated_begin: u64,
     /// Stack budget spent: the thread's last stack for that lock and flags was used.
     pub stack_reused: u64,
-    /// Stack budget spent and nothing to reuse: the wait has no stack.
+    /// Stack budget spent and nothing to reuse: the wait has no stack (a
+    /// futex wait's user stack; a kernel stack is then cut, not skipped).
     pub stack_skipped: u64,
+    /// Stack budget spent and nothing to reuse: the kernel stack walked only
+    /// to the wait's caller (a few frames), so every wait has its caller.
+    pub stacks_cut: u64,
     /// Of those, long waits (at least `--outlier-us`) whose kernel stack was
     /// taken at their end instead.
     pub stacks_late: u64,
@@ -263,10 +272,12 @@ impl Bookkeeping {
     pub const LIST: [Field<Bookkeeping>; 44] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
+        field!(kernel(counter::NESTED_WAITS), nested),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
         field!(kernel(counter::STACK_REUSED), stack_reused),
         field!(kernel(counter::STACK_SKIPPED), stack_skipped),
         field!(kernel(counter::STACKS_LATE), stacks_late),
+        field!(kernel(counter::STACKS_CUT), stacks_cut),
         field!(kernel(counter::OWNER_STACK_SKIPPED), owner_stack_skipped),
         field!(kernel(counter::AGG_FULL), agg_map_full),
         field!(kernel(counter::AGG_CACHE_MISSED), agg_cache_missed),

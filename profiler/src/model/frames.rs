@@ -41,6 +41,7 @@ impl OwnerProfile {
         let (acquired, root) = match self.kind {
             OwnerKind::Task => (stack_or_caller(&self.stack, &self.caller).to_vec(), placeholders::held_by(&self.comm)),
             OwnerKind::Readers => (Vec::new(), placeholders::HELD_BY_READERS.to_string()),
+            OwnerKind::Writer => (Vec::new(), placeholders::HELD_BY_WRITER.to_string()),
             OwnerKind::Unknown => (Vec::new(), placeholders::OWNER_UNKNOWN.to_string()),
         };
         frames.extend(acquired);

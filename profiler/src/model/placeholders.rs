@@ -14,6 +14,9 @@ pub const OTHER_OWNERS: &str = "[other owners: key limit reached]";
 pub const OTHER_STACKS: &str = "[other stacks: key limit reached]";
 /// A stack skipped under `--stack-rate`.
 pub const STACK_SKIPPED: &str = "[stack not captured: --stack-rate budget spent]";
+/// The root of a kernel stack walked only to its caller under `--stack-rate`
+/// (the frames above it are the wait's own, the rest was not walked).
+pub const STACK_CUT: &str = "[stack cut above the caller: --stack-rate budget spent]";
 /// The kernel stack of a user-space lock's wait or owner: not walked (the
 /// wait's stack is its user stack).
 pub const USER_LOCK: &str = "[user-space lock: no kernel stack]";
@@ -25,6 +28,8 @@ pub const UNKNOWN_CALLER: &str = "[unknown caller]";
 pub const UNKNOWN_FN: &str = "[unknown]";
 /// The owner was the rwsem's readers.
 pub const HELD_BY_READERS: &str = "[held by readers]";
+/// A reader/writer spinlock held by a writer it does not name.
+pub const HELD_BY_WRITER: &str = "[held by a writer: a qrwlock records no owner]";
 /// The owner took the lock without a wait lockprof saw (no acquire stack).
 pub const ACQUIRED_UNSEEN: &str = "[acquired without a wait lockprof saw]";
 /// Between an owner's acquire stack and the stack it sleeps in while

@@ -182,6 +182,9 @@ pub enum OwnerKind {
     Task,
     /// An rwsem held by readers.
     Readers,
+    /// A reader/writer spinlock held by a writer: its lock word says so,
+    /// but names no owner (qrwlock).
+    Writer,
     /// Not known: the lock records no owner (spinlocks, rwlocks), or it was
     /// released before the waiter looked.
     Unknown,

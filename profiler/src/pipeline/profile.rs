@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use profiler_common::{ContentionEvent, LockType, STACK_SKIPPED, STACK_USER_LOCK, StackId, is_stack};
+use profiler_common::{ContentionEvent, LockType, STACK_SKIPPED, STACK_USER_LOCK, StackId, is_stack, owner};
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -224,6 +224,8 @@ fn owners<S: StackSource>(
         }
         let (caller, stack) = if who.owner_tid == 0 {
             (placeholders::HELD_BY_READERS.to_string(), Vec::new())
+        } else if who.owner_tid == owner::WRITER_TID {
+            (placeholders::HELD_BY_WRITER.to_string(), Vec::new())
         } else if who.stack_id == STACK_SKIPPED {
             (placeholders::ACQUIRED_UNSEEN.to_string(), Vec::new())
         } else {
@@ -235,7 +237,11 @@ fn owners<S: StackSource>(
         } else {
             Vec::new()
         };
-        let kind = if who.owner_tid == 0 { OwnerKind::Readers } else { OwnerKind::Task };
+        let kind = match who.owner_tid {
+            0 => OwnerKind::Readers,
+            owner::WRITER_TID => OwnerKind::Writer,
+            _ => OwnerKind::Task,
+        };
         let mut comm = comm_str(&b.comm);
         if comm.is_empty() && kind == OwnerKind::Task && who != &BlameKey::OVERFLOW {
             comm = task_name(who.owner_tid).unwrap_or_default();
@@ -830,6 +836,29 @@ ffffffff822702f1 T __lock_text_end
         let p =
             to_profile(&agg.snapshot(), Resolver::new(Arc::new(Kallsyms::default()), HashMap::new()), Meta::default());
         assert!(p.locks[0].owners.is_empty());
+    }
+
+    #[test]
+    fn an_rwlock_held_by_a_writer_says_so_rather_than_owner_unknown() {
+        use profiler_common::Owner;
+        let mut agg = Aggregator::new(Limits::default());
+        let lock = 0xffff_ffff_8300_0040;
+        for (wait, kind) in [(1_000, owner::WRITER), (2_000, owner::WRITER), (4_000, owner::READERS), (8_000, 0)] {
+            let mut e = ev(lock, lcb::SPIN | lcb::WRITE, wait, 100, 1);
+            e.owner = Owner { kind, stack_id: STACK_SKIPPED, ..Owner::default() };
+            agg.ingest(&e);
+        }
+        let p =
+            to_profile(&agg.snapshot(), Resolver::new(Arc::new(Kallsyms::default()), HashMap::new()), Meta::default());
+        let kinds: Vec<(OwnerKind, u64, u64)> =
+            p.locks[0].owners.iter().map(|o| (o.kind, o.waits, o.wait_caused_ns)).collect();
+        assert_eq!(
+            kinds,
+            [(OwnerKind::Unknown, 1, 8_000), (OwnerKind::Readers, 1, 4_000), (OwnerKind::Writer, 2, 3_000)],
+        );
+        let w = &p.locks[0].owners[2];
+        assert_eq!((w.tid, w.caller.as_str()), (0, placeholders::HELD_BY_WRITER));
+        assert_eq!(w.frames(), [placeholders::HELD_BY_WRITER]);
     }
 
     #[test]

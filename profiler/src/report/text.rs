@@ -356,6 +356,7 @@ fn locks_view(p: &Profile, opts: &ReportOptions, out: &mut String) {
                 let who = match o.kind {
                     OwnerKind::Task => format!("{} ({}/{}) {}", o.comm, o.pid, o.tid, o.caller),
                     OwnerKind::Readers => "readers".to_string(),
+                    OwnerKind::Writer => "a writer (a qrwlock records no owner)".to_string(),
                     OwnerKind::Unknown => "unknown (no owner recorded or seen)".to_string(),
                 };
                 let _ = writeln!(

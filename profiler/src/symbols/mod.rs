@@ -12,4 +12,4 @@ pub use kallsyms::{Kallsyms, KallsymsError, Symbol};
 pub use naming::{
     Identities, KernelIdentity, LockName, NoIdentities, TASKLIST_CALLERS, lock_class, lock_class_by, name_lock,
 };
-pub use resolve::{ResolvedStack, Resolver, StackSource};
+pub use resolve::{CUT_MARK, ResolvedStack, Resolver, StackSource};

@@ -9,9 +9,14 @@ use crate::model::{Frames, placeholders};
 
 /// Where raw stacks come from: the kernel's stack map, or a fixture in tests.
 pub trait StackSource {
-    /// Instruction pointers of stack `id`, innermost first; `None` if unknown.
+    /// Instruction pointers of stack `id`, innermost first, followed by
+    /// [`CUT_MARK`] when the walk was cut at its caller; `None` if unknown.
     fn frames(&mut self, id: StackId) -> Option<Vec<u64>>;
 }
+
+/// Last entry of [`StackSource::frames`] for a stack the kernel walked only
+/// to its caller (`profiler_common::STACK_CUT`): no kernel address.
+pub const CUT_MARK: u64 = u64::MAX;
 
 impl StackSource for HashMap<StackId, Vec<u64>> {
     fn frames(&mut self, id: StackId) -> Option<Vec<u64>> {
@@ -114,11 +119,15 @@ impl<S: StackSource> Resolver<S> {
         if !is_stack(id) {
             return placeholder(placeholders::stack_not_recorded(stack_errno(id).unwrap_or(0)));
         }
-        let Some(ips) = self.source.frames(id) else {
+        let Some(mut ips) = self.source.frames(id) else {
             self.evicted += 1;
             return placeholder(placeholders::STACK_EVICTED.into());
         };
         self.read += 1;
+        let cut = ips.last() == Some(&CUT_MARK);
+        if cut {
+            ips.pop();
+        }
         let caller_idx = select_caller(&ips, &self.ks);
         // tp_btf stacks start with the BPF program (unnamed when
         // bpf_jit_kallsyms is off) and the tracing trampoline: drop
@@ -137,6 +146,9 @@ impl<S: StackSource> Resolver<S> {
                 caller = Some((text.clone(), sym.map(|(s, _)| s.name.clone()).unwrap_or_default()));
             }
             frames.push(text);
+        }
+        if cut {
+            frames.push(placeholders::STACK_CUT.into());
         }
         match caller {
             Some((caller, caller_fn)) => ResolvedStack { frames: frames.into(), caller, caller_fn },
@@ -175,6 +187,17 @@ ffffffffa0000000 t bpf_prog_6deef7357e7b4530_contention_begin_btf\t[bpf]
         r.prefetch(7);
         assert_eq!((r.read(), r.evicted()), (1, 0));
         assert_eq!(s.caller_fn, "anon_pipe_write");
+    }
+
+    #[test]
+    fn a_stack_cut_at_its_caller_keeps_the_caller_and_says_where_it_stops() {
+        let ks = Kallsyms::parse(KS.as_bytes()).expect("parse");
+        let stacks =
+            HashMap::from([(3u64, vec![0xffffffff81100008, 0xffffffff81200010, 0xffffffff816e4c50, CUT_MARK])]);
+        let mut r = Resolver::new(Arc::new(ks), stacks);
+        let s = r.stack(3).clone();
+        assert_eq!(s.caller, "anon_pipe_write+0x10");
+        assert_eq!(*s.frames, ["__mutex_lock.constprop.0+0x10", "anon_pipe_write+0x10", placeholders::STACK_CUT]);
     }
 
     #[test]

@@ -133,6 +133,7 @@ fn detail(app: &App, l: &LockProfile, area: Rect, buf: &mut Buffer) {
         let who = match o.kind {
             OwnerKind::Task => format!("{} {} {}", o.comm, o.tid, o.caller),
             OwnerKind::Readers => "readers".to_string(),
+            OwnerKind::Writer => "a writer (not named by the lock)".to_string(),
             OwnerKind::Unknown => "unknown".to_string(),
         };
         lines.push(Line::from(vec![

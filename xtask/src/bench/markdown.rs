@@ -54,6 +54,8 @@ pub struct Row {
     pub blamed: Option<f64>,
     /// Median share of contentions without a kernel stack.
     pub unstacked: Option<f64>,
+    /// Median share of contentions without a caller.
+    pub uncalled: Option<f64>,
     /// Events lost over all rounds.
     pub lost: u64,
 }
@@ -79,6 +81,7 @@ pub fn rows(w: &WorkloadRuns) -> Vec<Row> {
                 wait_per_op: stats(ss.iter().filter_map(|s| Some(s.wait_ns? / s.ops.max(1.0))).collect()).map(|x| x.0),
                 blamed: stats(ss.iter().filter_map(|s| s.blamed).collect()).map(|x| x.0),
                 unstacked: stats(ss.iter().filter_map(|s| s.unstacked).collect()).map(|x| x.0),
+                uncalled: stats(ss.iter().filter_map(|s| s.uncalled).collect()).map(|x| x.0),
                 lost: ss.iter().map(|s| s.lost).sum(),
             }
         })
@@ -217,8 +220,9 @@ against untraced; **fidelity** is, round by round, the contentions/s a tracer re
 counted in its own run of that round (median, and min-max over rounds): how much of the untraced system's contention the \
 profile describes; *off by* is its distance from 1 in either direction (0.80 and 1.25 are both 25% off: a tracer that makes \
 contention is as wrong as one that hides it). *Known owner* is the share of the wait on mutexes and rwsems that lockprof \
-charged to a known owner (median over rounds); *no stack* the share of its contentions recorded without a kernel stack \
-(`stack_skipped`). Spread is (max - min) / median of ops/s. Lost counts ring-buffer, map and userspace losses.\n",
+charged to a known owner (median over rounds); *no stack* the share of its contentions recorded without a whole kernel \
+stack (`stack_skipped` + `stacks_cut`: the budget spent, the stack walked only to its caller); *no caller* the share whose \
+caller lockprof could not name (median over rounds). Spread is (max - min) / median of ops/s. Lost counts ring-buffer, map and userspace losses.\n",
         o.rounds, o.duration, o.threads
     );
     for w in results.iter().filter(|w| !is_futex_workload(&w.name)) {
@@ -226,20 +230,20 @@ charged to a known owner (median over rounds); *no stack* the share of its conte
         let _ = writeln!(md, "## {}\n", w.name);
         let _ = writeln!(
             md,
-            "| tracer | ops/s | throughput | spread | contentions/s seen | fidelity (min-max) | fidelity off by | wait per op | known owner | no stack | lost |"
+            "| tracer | ops/s | throughput | spread | contentions/s seen | fidelity (min-max) | fidelity off by | wait per op | known owner | no stack | no caller | lost |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (t, r) in w.tracers.iter().zip(&rs) {
             let fid = r.fidelity.map_or("-".to_string(), |(m, lo, hi)| format!("{m:.2} ({lo:.2}-{hi:.2})"));
             let off = r.fidelity.map_or("-".to_string(), |(m, _, _)| fidelity_distance(m));
             let share = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.1}%", x * 100.0));
-            let (blamed, unstacked) = (share(r.blamed), share(r.unstacked));
+            let (blamed, unstacked, uncalled) = (share(r.blamed), share(r.unstacked), share(r.uncalled));
             let rate = r.rate.map_or("-".to_string(), |x| format!("{x:.0}"));
             let wpo = r.wait_per_op.map_or("-".to_string(), |x| format!("{x:.0} ns"));
             let lost = if matches!(t, Tracer::Lockprof { .. }) { r.lost.to_string() } else { "-".into() };
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {} | {:.0}% | {rate} | {fid} | {off} | {wpo} | {blamed} | {unstacked} | {lost} |",
+                "| {} | {:.0} | {} | {:.0}% | {rate} | {fid} | {off} | {wpo} | {blamed} | {unstacked} | {uncalled} | {lost} |",
                 t.label(),
                 r.ops,
                 pct(r.throughput),

@@ -79,9 +79,12 @@ pub struct Sample {
     /// lockprof: the share of the wait on locks that record owners (mutexes,
     /// rwsems) charged to a known owner.
     pub blamed: Option<f64>,
-    /// lockprof: the share of contentions recorded without a kernel stack
-    /// (its `stack_skipped` counter over its kernel-lock contentions).
+    /// lockprof: the share of contentions recorded without a whole kernel
+    /// stack (its `stack_skipped` and `stacks_cut` counters over its
+    /// kernel-lock contentions).
     pub unstacked: Option<f64>,
+    /// lockprof: the share of its kernel-lock contentions without a caller.
+    pub uncalled: Option<f64>,
     /// Events the tracer lost (lockprof: ring buffer, maps, userspace).
     pub lost: u64,
     /// lockprof's counters.
@@ -289,6 +292,22 @@ fn blamed_share(v: &Value) -> Option<f64> {
     (total > 0.0).then(|| known / total)
 }
 
+/// From lockprof's JSON report: the share of its kernel-lock contentions
+/// whose caller is a bracketed reason (no stack, no frame outside the lock
+/// functions), not counting the caller cap's overflow row (its waits have
+/// callers, folded).
+fn uncalled_share(v: &Value) -> Option<f64> {
+    let callers = v["locks"].as_array()?.iter().filter(|l| !is_futex_type(&l["type"]));
+    let (none, total) = callers.filter_map(|l| l["callers"].as_array()).flatten().fold((0.0, 0.0), |(n, t), c| {
+        let k = c["contended"].as_f64().unwrap_or(0.0);
+        let caller = c["caller"].as_str().unwrap_or("[");
+        // profiler's placeholders::OTHER_STACKS.
+        let unknown = caller.starts_with('[') && !caller.starts_with("[other stacks");
+        (if unknown { n + k } else { n }, t + k)
+    });
+    (total > 0.0).then(|| none / total)
+}
+
 /// Runs `workload` once under `tracer`.
 pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Result<Sample> {
     let mut sample = Sample::default();
@@ -334,8 +353,10 @@ pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Re
             let (kernel, wait) = lockprof_counts(&v);
             (sample.contentions, sample.wait_ns) = (kernel, Some(wait));
             sample.blamed = blamed_share(&v);
+            let drops = |name: &str| v["drops"][name].as_f64().unwrap_or(0.0);
             sample.unstacked =
-                kernel.filter(|k| *k > 0.0).map(|k| v["drops"]["stack_skipped"].as_f64().unwrap_or(0.0) / k);
+                kernel.filter(|k| *k > 0.0).map(|k| (drops("stack_skipped") + drops("stacks_cut")) / k);
+            sample.uncalled = uncalled_share(&v);
             if !st.contended.is_empty() {
                 let syms = futex_rows::stress_symbols(&release_bin("lockprof"))?;
                 let locks: Vec<String> = st.contended.iter().map(|c| c.0.clone()).collect();

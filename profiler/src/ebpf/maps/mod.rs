@@ -15,7 +15,7 @@ use aya::maps::{HashMap, MapData};
 use profiler_common::{StackId, StoredStack, StoredUserStack, UnwindPlan, UnwindPlanKey};
 
 use crate::symbols::{
-    StackSource,
+    CUT_MARK, StackSource,
     user::{UserStackSource, unwind::UnwindSink},
 };
 
@@ -24,7 +24,13 @@ pub struct KernelStacks(pub(crate) HashMap<MapData, StackId, StoredStack>);
 
 impl StackSource for KernelStacks {
     fn frames(&mut self, id: StackId) -> Option<Vec<u64>> {
-        self.0.get(&id, 0).ok().map(|st| st.frames().to_vec())
+        self.0.get(&id, 0).ok().map(|st| {
+            let mut ips = st.frames().to_vec();
+            if st.is_cut() {
+                ips.push(CUT_MARK);
+            }
+            ips
+        })
     }
 }
 
