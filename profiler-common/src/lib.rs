@@ -43,13 +43,13 @@ pub use record::{
     EVENT_USER_STACK_COPY, EVENT_YIELD, UserStackEvent, YieldEvent, record_size,
 };
 pub use stack::{
-    CALLER_DEPTH, NO_STACK_BASE, STACK_CUT, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, STACK_USER_LOCK, StackId, StoredStack,
-    StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, USER_STACK_SEED, is_stack, stack_errno, stack_error,
+    CALLER_DEPTH, NO_STACK_BASE, STACK_CUT, STACK_HASH_SEED, STACK_OVERFLOW, STACK_SKIPPED, STACK_USER_LOCK, StackId,
+    StoredStack, StoredUserStack, USER_STACK_NONE, USER_STACK_OFF, USER_STACK_SEED, is_stack, stack_errno, stack_error,
     stack_hash_finish, stack_hash_step, stack_id_of, user_stack_id_of, user_stack_seed,
 };
 pub use state::{
-    ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, NESTED_SPIN_SLOT, Owner, OwnerAsleep,
-    PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner,
+    ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, NESTED_SPIN_SLOT, Owner,
+    OwnerAsleep, PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, YieldStart, acquired_index, owner,
     stack_cache_index, task_key,
 };
 pub use unwind::{

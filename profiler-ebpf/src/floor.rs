@@ -21,8 +21,8 @@ fn floor_count(idx: u32) -> i32 {
 
 #[btf_tracepoint(function = "contention_begin")]
 pub fn floor_begin_btf(ctx: BtfTracePointContext) -> i32 {
-    // SAFETY: contention_begin(void *lock, unsigned int flags): argument 1.
-    let flags: u32 = unsafe { ctx.arg(1) };
+    // contention_begin(void *lock, unsigned int flags): argument 1.
+    let flags: u32 = ctx.arg(1);
     // A pure spinning wait begins once: its begins are its waits.
     match LockType::from_flags(flags) {
         LockType::Spinlock => floor_count(floor::SPINLOCK_BEGINS),

@@ -12,10 +12,10 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use profiler_common::{
-    CALLER_DEPTH, CachedStack, Config, EVENT_USER_STACK, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE, MAX_STACK_DEPTH,
-    STACK_CUT, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack, USER_STACK_NONE,
-    USER_STACK_OFF, USER_STACKS_UNWIND, UserStackEvent, counter, is_stack, known, stack_cache_index, stack_error,
-    stack_hash_finish, stack_hash_step, user_stack_seed,
+    CALLER_DEPTH, CachedStack, Config, EVENT_USER_STACK, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE,
+    MAX_STACK_DEPTH, STACK_CUT, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack,
+    USER_STACK_NONE, USER_STACK_OFF, USER_STACKS_UNWIND, UserStackEvent, counter, is_stack, known, stack_cache_index,
+    stack_error, stack_hash_finish, stack_hash_step, user_stack_seed,
 };
 
 use crate::{
@@ -410,7 +410,17 @@ pub fn stack_for<C: WalkContext>(
     };
     if let Some(c) = cached {
         // SAFETY: as above.
-        unsafe { *c = CachedStack { lock_addr, stack_id: id, user_stack_id: user_id, tid, flags, cut: u32::from(!whole), _pad: 0 } };
+        unsafe {
+            *c = CachedStack {
+                lock_addr,
+                stack_id: id,
+                user_stack_id: user_id,
+                tid,
+                flags,
+                cut: u32::from(!whole),
+                _pad: 0,
+            }
+        };
     }
     (id, user_id, !whole)
 }

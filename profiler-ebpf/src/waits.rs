@@ -9,8 +9,8 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
-    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, NESTED_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED, StackId,
-    UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
+    HoldStart, LockType, MODE_AGGREGATE, MUTEX_SPIN_SLOT, NESTED_SPIN_SLOT, PendingWait, SPIN_SLOT, STACK_SKIPPED,
+    StackId, UNKNOWN_OFFSET, USER_STACK_OFF, counter, is_spinning, lcb, owner, task_key,
 };
 
 use crate::{
@@ -237,7 +237,8 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     target.tid = ids.tid;
     target.cgroup_id = cgroup_id;
     let cut;
-    (target.stack_id, target.user_stack_id, cut) = stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
+    (target.stack_id, target.user_stack_id, cut) =
+        stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
     target.stack_cut = u32::from(cut);
     target.owner =
         if first_spin { spin_owner::<MODERN>(cfg, lock_addr, word) } else { owner_of::<MODERN>(cfg, lock_addr, flags) };

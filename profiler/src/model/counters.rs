@@ -269,7 +269,7 @@ pub struct Bookkeeping {
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 44] = [
+    pub const LIST: [Field<Bookkeeping>; 46] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::NESTED_WAITS), nested),

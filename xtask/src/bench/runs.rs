@@ -354,8 +354,7 @@ pub fn run(tracer: &Tracer, workload: &str, threads: usize, duration: f64) -> Re
             (sample.contentions, sample.wait_ns) = (kernel, Some(wait));
             sample.blamed = blamed_share(&v);
             let drops = |name: &str| v["drops"][name].as_f64().unwrap_or(0.0);
-            sample.unstacked =
-                kernel.filter(|k| *k > 0.0).map(|k| (drops("stack_skipped") + drops("stacks_cut")) / k);
+            sample.unstacked = kernel.filter(|k| *k > 0.0).map(|k| (drops("stack_skipped") + drops("stacks_cut")) / k);
             sample.uncalled = uncalled_share(&v);
             if !st.contended.is_empty() {
                 let syms = futex_rows::stress_symbols(&release_bin("lockprof"))?;
