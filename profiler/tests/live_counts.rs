@@ -11,7 +11,7 @@ mod support;
 use profiler_common::LockType;
 
 use std::{
-    sync::{Arc, atomic::AtomicBool},
+    sync::{Arc, Mutex, atomic::AtomicBool},
     thread,
     time::Duration,
 };
@@ -22,12 +22,18 @@ use lockprof::{
     workload::{self, Workload},
 };
 
+/// One test at a time: each compares lockprof with a system-wide counter,
+/// which would count the other test's storms in windows lockprof's session
+/// does not cover.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 #[test]
 fn every_contention_is_counted_once_across_many_drains() {
     const TEST: &str = "every_contention_is_counted_once_across_many_drains";
     if !support::ready_unless(TEST, support::tracepoints_missing()) {
         return;
     }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let floor = FloorProbes::attach().expect("attach the floor programs");
     let mut opts = SessionOptions::recommended();
     opts.publish_interval = Duration::from_millis(100);
@@ -133,6 +139,7 @@ fn counts_agree_with_a_counter_per_class_idle_and_beside_two_cpu_hogs() {
     if !support::ready_unless(TEST, support::tracepoints_missing()) {
         return;
     }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let floor = FloorProbes::attach().expect("attach the floor programs");
     for hogs in [0, 2] {
         let t = storms_counted(&floor, hogs);
