@@ -47,6 +47,19 @@ pub struct Owner {
     pub comm: [u8; 16],
 }
 
+impl Owner {
+    /// The owner thread id its blame aggregates are keyed by: the task's,
+    /// [`owner::WRITER_TID`] for an rwlock's unnamed writer, 0 for readers.
+    #[inline(always)]
+    pub const fn blame_tid(&self) -> u32 {
+        match self.kind {
+            owner::TASK => self.tid,
+            owner::WRITER => owner::WRITER_TID,
+            _ => 0,
+        }
+    }
+}
+
 /// An entry of `OWNER_ASLEEP` (`--owner-stacks`): the stack a waiter's
 /// owner slept in, holding the lock, when the wait began; kept beside the
 /// wait (per waiting task) until it ends, and charged with its blame.
@@ -270,6 +283,14 @@ pub struct YieldStart {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blame_is_keyed_by_the_task_an_unnamed_writer_or_readers() {
+        let o = |kind| Owner { kind, tid: 4242, ..Owner::default() };
+        assert_eq!(o(owner::TASK).blame_tid(), 4242);
+        assert_eq!(o(owner::WRITER).blame_tid(), owner::WRITER_TID);
+        assert_eq!(o(owner::READERS).blame_tid(), 0);
+    }
 
     #[test]
     fn idle_tasks_are_keyed_per_cpu() {

@@ -434,11 +434,7 @@ fn complete<C: EbpfContext>(ctx: &C, pending: &PendingWait, ids: Ids) {
         // Blame: the wait charged to whoever held the lock (readers: tid 0).
         let key = AggKey {
             lock_addr: pending.lock_addr,
-            tid: match o.kind {
-                owner::TASK => o.tid,
-                owner::WRITER => owner::WRITER_TID,
-                _ => 0,
-            },
+            tid: o.blame_tid(),
             tgid: o.tgid,
             flags: pending.flags | AGG_BLAME,
             stack_id: o.stack_id,

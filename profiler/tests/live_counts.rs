@@ -11,7 +11,7 @@ mod support;
 use profiler_common::LockType;
 
 use std::{
-    sync::{Arc, Mutex, atomic::AtomicBool},
+    sync::{Arc, Mutex, MutexGuard, atomic::AtomicBool},
     thread,
     time::Duration,
 };
@@ -27,14 +27,22 @@ use lockprof::{
 /// does not cover.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The floor attached for `test`, with this file's other tests held off
+/// while it counts; `None` (said) when the kernel cannot be traced here.
+fn floor_alone(test: &str) -> Option<(MutexGuard<'static, ()>, FloorProbes)> {
+    if !support::ready_unless(test, support::tracepoints_missing()) {
+        return None;
+    }
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some((serial, FloorProbes::attach().expect("attach the floor programs")))
+}
+
 #[test]
 fn every_contention_is_counted_once_across_many_drains() {
     const TEST: &str = "every_contention_is_counted_once_across_many_drains";
-    if !support::ready_unless(TEST, support::tracepoints_missing()) {
+    let Some((_serial, floor)) = floor_alone(TEST) else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let floor = FloorProbes::attach().expect("attach the floor programs");
+    };
     let mut opts = SessionOptions::recommended();
     opts.publish_interval = Duration::from_millis(100);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -136,11 +144,9 @@ fn agrees(lockprof: u64, floor: u64) -> bool {
 #[test]
 fn counts_agree_with_a_counter_per_class_idle_and_beside_two_cpu_hogs() {
     const TEST: &str = "counts_agree_with_a_counter_per_class_idle_and_beside_two_cpu_hogs";
-    if !support::ready_unless(TEST, support::tracepoints_missing()) {
+    let Some((_serial, floor)) = floor_alone(TEST) else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let floor = FloorProbes::attach().expect("attach the floor programs");
+    };
     for hogs in [0, 2] {
         let t = storms_counted(&floor, hogs);
         eprintln!(

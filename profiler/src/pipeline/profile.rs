@@ -222,25 +222,24 @@ fn owners<S: StackSource>(
         if key.pid != 0 && who.owner_tid != 0 && !stacks.user_locks.is_thread(key.pid, who.owner_tid) {
             continue;
         }
-        let (caller, stack) = if who.owner_tid == 0 {
-            (placeholders::HELD_BY_READERS.to_string(), Vec::new())
-        } else if who.owner_tid == owner::WRITER_TID {
-            (placeholders::HELD_BY_WRITER.to_string(), Vec::new())
-        } else if who.stack_id == STACK_SKIPPED {
-            (placeholders::ACQUIRED_UNSEEN.to_string(), Vec::new())
-        } else {
-            let (rs, _) = stacks.caller(who.stack_id);
-            (rs.caller, rs.frames.to_vec())
+        let kind = match who.owner_tid {
+            0 => OwnerKind::Readers,
+            owner::WRITER_TID => OwnerKind::Writer,
+            _ => OwnerKind::Task,
+        };
+        let (caller, stack) = match kind {
+            OwnerKind::Readers => (placeholders::HELD_BY_READERS.to_string(), Vec::new()),
+            OwnerKind::Writer => (placeholders::HELD_BY_WRITER.to_string(), Vec::new()),
+            _ if who.stack_id == STACK_SKIPPED => (placeholders::ACQUIRED_UNSEEN.to_string(), Vec::new()),
+            _ => {
+                let (rs, _) = stacks.caller(who.stack_id);
+                (rs.caller, rs.frames.to_vec())
+            }
         };
         let asleep = if is_stack(who.asleep_stack_id) {
             stacks.caller(who.asleep_stack_id).0.frames.to_vec()
         } else {
             Vec::new()
-        };
-        let kind = match who.owner_tid {
-            0 => OwnerKind::Readers,
-            owner::WRITER_TID => OwnerKind::Writer,
-            _ => OwnerKind::Task,
         };
         let mut comm = comm_str(&b.comm);
         if comm.is_empty() && kind == OwnerKind::Task && who != &BlameKey::OVERFLOW {

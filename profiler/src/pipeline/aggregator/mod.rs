@@ -140,11 +140,7 @@ impl Aggregator {
         self.fold(LockKey::of(ev), &who, (1, ev.wait_ns, ev.wait_ns), |s| s.record(ev.wait_ns));
         let o = &ev.owner;
         if o.kind != owner::UNKNOWN {
-            let tid = match o.kind {
-                owner::TASK => o.tid,
-                owner::WRITER => owner::WRITER_TID,
-                _ => 0,
-            };
+            let tid = o.blame_tid();
             let b = BlameAgg { tgid: o.tgid, comm: o.comm, waits: 1, wait_ns: ev.wait_ns, max_ns: ev.wait_ns };
             // A user-space lock's owner stack is a user stack.
             let stack_id = if ev.stack_id == STACK_USER_LOCK {
