@@ -253,13 +253,20 @@ fn suffixed_variant(func: &str) -> Option<&'static str> {
     text_symbols().suffixed.iter().find(|n| n.starts_with(&prefix)).map(String::as_str)
 }
 
-/// Loads kprobe program `prog` (once: one program serves several functions)
-/// and attaches it to `func`, or to its suffixed clone when only that exists.
-fn attach_kprobe(ebpf: &mut Ebpf, prog: &'static str, func: &str) -> Result<(), AttachError> {
+/// Loads kprobe program `prog` (once: one program serves several functions).
+fn load_kprobe(ebpf: &mut Ebpf, prog: &'static str) -> Result<(), AttachError> {
     let p: &mut KProbe = program(ebpf, prog)?;
     if p.fd().is_err() {
         p.load().map_err(|error| AttachError::Load { prog, error })?;
     }
+    Ok(())
+}
+
+/// Loads kprobe program `prog` (see `load_kprobe`) and attaches it to
+/// `func`, or to its suffixed clone when only that exists.
+fn attach_kprobe(ebpf: &mut Ebpf, prog: &'static str, func: &str) -> Result<(), AttachError> {
+    load_kprobe(ebpf, prog)?;
+    let p: &mut KProbe = program(ebpf, prog)?;
     let attach = |p: &mut KProbe, target: &str| {
         p.attach(target, 0).map(drop).map_err(|error| AttachError::Attach { prog, target: target.into(), error })
     };
@@ -279,11 +286,22 @@ fn attach_fentry(ebpf: &mut Ebpf, prog: &'static str, func: &str, btf: &Btf) -> 
     p.attach().map(drop).map_err(|error| AttachError::Attach { prog, target: func.into(), error })
 }
 
-/// Loads fexit program `prog` for `func` and attaches it.
-fn attach_fexit(ebpf: &mut Ebpf, prog: &'static str, func: &str, btf: &Btf) -> Result<(), AttachError> {
-    let p: &mut FExit = program(ebpf, prog)?;
-    p.load(func, btf).map_err(|error| AttachError::Load { prog, error })?;
-    p.attach().map(drop).map_err(|error| AttachError::Attach { prog, target: func.into(), error })
+/// Loads the fexit program `exit` and the fentry program `entry` for
+/// `func`, then attaches the exit first (see `attach_waits`).
+fn attach_fentry_pair(
+    ebpf: &mut Ebpf,
+    (entry, exit): (&'static str, &'static str),
+    func: &str,
+    btf: &Btf,
+) -> Result<(), AttachError> {
+    let x: &mut FExit = program(ebpf, exit)?;
+    x.load(func, btf).map_err(|error| AttachError::Load { prog: exit, error })?;
+    let e: &mut FEntry = program(ebpf, entry)?;
+    e.load(func, btf).map_err(|error| AttachError::Load { prog: entry, error })?;
+    let x: &mut FExit = program(ebpf, exit)?;
+    x.attach().map(drop).map_err(|error| AttachError::Attach { prog: exit, target: func.into(), error })?;
+    let e: &mut FEntry = program(ebpf, entry)?;
+    e.attach().map(drop).map_err(|error| AttachError::Attach { prog: entry, target: func.into(), error })
 }
 
 fn need_btf(btf: Option<&Btf>) -> Result<&Btf, AttachError> {
@@ -295,12 +313,16 @@ pub fn attach_waits(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Atta
     let mut out = Attached::new(kind);
     for t in WAIT_TARGETS {
         let ret = if t.spinning { prog::KRP_SPIN } else { prog::KRP_SLEEP };
-        // Return probe first, so that no entry is left without its return.
+        // Both programs verified before either attaches, then the return
+        // probe first: no entry is left without its return, and no return
+        // fires unbegun while the entry program is still being verified.
         let r = match kind {
-            ProbeKind::Kprobe => attach_kprobe(ebpf, ret, t.func).and_then(|()| attach_kprobe(ebpf, t.kprobe, t.func)),
-            ProbeKind::Fentry => need_btf(btf).and_then(|btf| {
-                attach_fexit(ebpf, t.fexit, t.func, btf).and_then(|()| attach_fentry(ebpf, t.fentry, t.func, btf))
-            }),
+            ProbeKind::Kprobe => load_kprobe(ebpf, t.kprobe)
+                .and_then(|()| attach_kprobe(ebpf, ret, t.func))
+                .and_then(|()| attach_kprobe(ebpf, t.kprobe, t.func)),
+            ProbeKind::Fentry => {
+                need_btf(btf).and_then(|btf| attach_fentry_pair(ebpf, (t.fentry, t.fexit), t.func, btf))
+            }
         };
         match r {
             Ok(()) => out.ok.push(t.func),
@@ -342,15 +364,15 @@ pub fn yield_programs(kind: ProbeKind) -> [&'static str; 2] {
     }
 }
 
-/// Attaches the yield_to entry and return programs of one kind (return first,
-/// so no entry is left without its return).
+/// Attaches the yield_to entry and return programs of one kind (both
+/// verified first, then the return, as in `attach_waits`).
 pub fn attach_yield(ebpf: &mut Ebpf, kind: ProbeKind, btf: Option<&Btf>) -> Attached {
     let [entry, ret] = yield_programs(kind);
     let r = match kind {
-        ProbeKind::Kprobe => attach_kprobe(ebpf, ret, YIELD_FUNC).and_then(|()| attach_kprobe(ebpf, entry, YIELD_FUNC)),
-        ProbeKind::Fentry => need_btf(btf).and_then(|btf| {
-            attach_fexit(ebpf, ret, YIELD_FUNC, btf).and_then(|()| attach_fentry(ebpf, entry, YIELD_FUNC, btf))
-        }),
+        ProbeKind::Kprobe => load_kprobe(ebpf, entry)
+            .and_then(|()| attach_kprobe(ebpf, ret, YIELD_FUNC))
+            .and_then(|()| attach_kprobe(ebpf, entry, YIELD_FUNC)),
+        ProbeKind::Fentry => need_btf(btf).and_then(|btf| attach_fentry_pair(ebpf, (entry, ret), YIELD_FUNC, btf)),
     };
     let mut out = Attached::new(kind);
     match r {
