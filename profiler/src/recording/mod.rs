@@ -264,6 +264,11 @@ mod tests {
                 assert_eq!(c.as_object_mut().and_then(|o| o.remove("cgroups")), Some(serde_json::json!([])));
                 // So did user stacks.
                 assert_eq!(c.as_object_mut().and_then(|o| o.remove("user_caller")), Some(serde_json::Value::Null));
+                // And the flag that a caller is known (each of these is a function).
+                assert_eq!(
+                    c.as_object_mut().and_then(|o| o.remove("caller_known")),
+                    Some(serde_json::Value::Bool(true))
+                );
             }
         }
         assert_eq!(now, then);

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::ReportOptions;
-use crate::model::{Profile, Stats, YieldStats, mode_name, type_name};
+use crate::model::{Profile, Stats, YieldStats, mode_name, placeholders, type_name};
 
 /// Schema identifier carried in every JSON report.
 pub const SCHEMA: &str = "lockprof-report/1";
@@ -85,6 +85,13 @@ fn yield_json(p: &Profile, opts: &ReportOptions) -> Value {
     Value::Object(obj)
 }
 
+/// Whether a caller row names a caller: not a bracketed reason (no stack,
+/// no frame outside the lock functions), except the caller cap's overflow
+/// row, whose waits had callers, folded.
+fn caller_known(caller: &str) -> bool {
+    !placeholders::is_placeholder(caller) || caller == placeholders::OTHER_STACKS
+}
+
 /// The report as a JSON value.
 pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
     let locks: Vec<Value> = opts
@@ -100,6 +107,7 @@ pub fn to_json(p: &Profile, opts: &ReportOptions) -> Value {
                     let (ht, hm, ha, hp) = hold_fields(c.hold.as_ref());
                     json!({
                         "caller": c.caller,
+                        "caller_known": caller_known(&c.caller),
                         "user_caller": c.user_caller,
                         "stack": c.stack,
                         "contended": c.wait.count(),
@@ -292,6 +300,7 @@ mod tests {
         assert!(l["hold_total_ns"].is_null() && l["hold_max_ns"].is_null() && l["hold_avg_ns"].is_null());
         let c = &l["callers"][0];
         assert_eq!(c["caller"], "copy_process+0x6f1");
+        assert_eq!(c["caller_known"], true);
         assert_eq!(c["stack"][1], "copy_process+0x6f1");
         assert_eq!(c["contended"], 3);
         assert_eq!(c["wait_total_ns"], 96_000);
@@ -403,5 +412,13 @@ mod tests {
         let one = plain["locks"].as_array().and_then(|l| l.iter().find(|l| l["type"] == "futex")).expect("a futex");
         assert_eq!((one["pid"].as_u64(), one["process"].as_str()), (Some(8510), Some("postgres")));
         assert!(one["processes"].is_null() && one["addresses"].is_null());
+    }
+
+    #[test]
+    fn a_caller_is_known_unless_it_is_a_reason_but_the_callers_overflow_had_callers() {
+        assert!(caller_known("copy_process+0x6f1"));
+        assert!(!caller_known(placeholders::STACK_SKIPPED));
+        assert!(!caller_known(placeholders::UNKNOWN_CALLER));
+        assert!(caller_known(placeholders::OTHER_STACKS));
     }
 }

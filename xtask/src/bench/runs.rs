@@ -293,16 +293,14 @@ fn blamed_share(v: &Value) -> Option<f64> {
 }
 
 /// From lockprof's JSON report: the share of its kernel-lock contentions
-/// whose caller is a bracketed reason (no stack, no frame outside the lock
-/// functions), not counting the caller cap's overflow row (its waits have
-/// callers, folded).
+/// in caller rows it marks `caller_known: false` (a bracketed reason: no
+/// stack, no frame outside the lock functions; the caller cap's overflow
+/// row is known, its waits had callers).
 fn uncalled_share(v: &Value) -> Option<f64> {
     let callers = v["locks"].as_array()?.iter().filter(|l| !is_futex_type(&l["type"]));
     let (none, total) = callers.filter_map(|l| l["callers"].as_array()).flatten().fold((0.0, 0.0), |(n, t), c| {
         let k = c["contended"].as_f64().unwrap_or(0.0);
-        let caller = c["caller"].as_str().unwrap_or("[");
-        // profiler's placeholders::OTHER_STACKS.
-        let unknown = caller.starts_with('[') && !caller.starts_with("[other stacks");
+        let unknown = c["caller_known"] == false;
         (if unknown { n + k } else { n }, t + k)
     });
     (total > 0.0).then(|| none / total)
