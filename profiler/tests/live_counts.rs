@@ -27,13 +27,18 @@ use lockprof::{
 /// does not cover.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// The floor attached for `test`, with this file's other tests held off
-/// while it counts; `None` (said) when the kernel cannot be traced here.
-fn floor_alone(test: &str) -> Option<(MutexGuard<'static, ()>, FloorProbes)> {
+/// This file's other tests held off while `test` runs; `None` (said) when
+/// the kernel cannot be traced here.
+fn alone(test: &str) -> Option<MutexGuard<'static, ()>> {
     if !support::ready_unless(test, support::tracepoints_missing()) {
         return None;
     }
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The floor attached for `test`, run `alone`.
+fn floor_alone(test: &str) -> Option<(MutexGuard<'static, ()>, FloorProbes)> {
+    let serial = alone(test)?;
     Some((serial, FloorProbes::attach().expect("attach the floor programs")))
 }
 
@@ -173,7 +178,7 @@ fn counts_agree_with_a_counter_per_class_idle_and_beside_two_cpu_hogs() {
 #[test]
 fn attached_to_a_running_storm_only_the_waits_in_flight_end_unbegun() {
     const TEST: &str = "attached_to_a_running_storm_only_the_waits_in_flight_end_unbegun";
-    let Some((_serial, _floor)) = floor_alone(TEST) else {
+    let Some(_serial) = alone(TEST) else {
         return;
     };
     let stop = Arc::new(AtomicBool::new(false));
