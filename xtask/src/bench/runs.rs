@@ -300,7 +300,8 @@ fn uncalled_share(v: &Value) -> Option<f64> {
     let callers = v["locks"].as_array()?.iter().filter(|l| !is_futex_type(&l["type"]));
     let (none, total) = callers.filter_map(|l| l["callers"].as_array()).flatten().fold((0.0, 0.0), |(n, t), c| {
         let k = c["contended"].as_f64().unwrap_or(0.0);
-        let unknown = c["caller_known"] == false;
+        // A report without the flag cannot say: its waits count as uncalled.
+        let unknown = c["caller_known"].as_bool() != Some(true);
         (if unknown { n + k } else { n }, t + k)
     });
     (total > 0.0).then(|| none / total)
