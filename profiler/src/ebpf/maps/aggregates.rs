@@ -9,11 +9,12 @@
 //! in the old generation. Cache slots need no deleting: a slot of an older
 //! generation counts as free in the programs.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, os::fd::AsFd};
 
-use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
+use aya::maps::{Array, IterableMap, MapData, PerCpuArray, PerCpuHashMap};
 use profiler_common::{AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, HIST_BUCKETS, names::map};
 
+use super::batch;
 use crate::ebpf::LoadError;
 
 /// The aggregate maps, the cache and the generation selector.
@@ -23,6 +24,15 @@ pub struct AggMaps {
     active: Array<MapData, u32>,
     epoch: u32,
     cache_missed: u64,
+    /// Possible CPUs (the per-CPU values of a key); 0 where unknown, which
+    /// drains key by key.
+    cpus: usize,
+    /// The batch reads' key and value buffers, kept between drains (a
+    /// drain's megabytes would otherwise be faulted in anew each time).
+    bufs: (Vec<u8>, Vec<u8>),
+    /// Whether the kernel refused a batch read (before 5.6): key by key
+    /// from then on.
+    per_key: bool,
 }
 
 /// Adds `v` (one CPU's or one source's aggregate) into `out`.
@@ -79,7 +89,17 @@ impl AggMaps {
         cache: PerCpuArray<MapData, AggSlot>,
         active: Array<MapData, u32>,
     ) -> AggMaps {
-        AggMaps { maps: [a, b], cache, active, epoch: 0, cache_missed: 0 }
+        let cpus = aya::util::nr_cpus().unwrap_or(0);
+        AggMaps {
+            maps: [a, b],
+            cache,
+            active,
+            epoch: 0,
+            cache_missed: 0,
+            cpus,
+            bufs: (Vec::new(), Vec::new()),
+            per_key: cpus == 0,
+        }
     }
 
     /// Moves the programs to the next generation; returns the one to drain.
@@ -104,37 +124,95 @@ impl AggMaps {
     }
 
     /// Reads generation `epoch` (no longer written): deletes every key of its
-    /// hash map, reads its cache slots, appends the merged values. When the
-    /// kernel refuses an operation midway, what was read (and deleted) so
-    /// far is still appended; the rest stays in the maps for a later drain.
+    /// hash map, reads its cache slots, appends their values (a key may
+    /// appear twice, from the map and from a cache slot: consumers add).
+    /// When the kernel refuses an operation midway, what was read (and
+    /// deleted) so far is still appended; the rest stays in the maps for a
+    /// later drain.
     pub fn drain(&mut self, epoch: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
-        let mut merged: HashMap<AggKey, AggVal> = HashMap::new();
-        let read = self.drain_into(epoch, &mut merged);
-        out.extend(merged.into_iter().filter(|(_, v)| v.count > 0));
-        read
-    }
-
-    fn drain_into(&mut self, epoch: u32, merged: &mut HashMap<AggKey, AggVal>) -> Result<(), LoadError> {
         let name = if epoch & 1 == 0 { map::AGG_A } else { map::AGG_B };
-        let hashed = &mut self.maps[(epoch & 1) as usize];
-        let keys: Vec<AggKey> = hashed.keys().collect::<Result<_, _>>().map_err(map_err(name))?;
-        merged.reserve(keys.len());
-        for k in keys {
-            let v = hashed.get(&k, 0).map_err(map_err(name))?;
-            hashed.remove(&k).map_err(map_err(name))?;
-            merge_into(merged.entry(k).or_default(), &merge_cpus(v.iter()));
+        let hashed = if self.per_key { Err(None) } else { self.drain_batched(epoch, out) };
+        match hashed {
+            Ok(()) => {}
+            // The first call failed: nothing was read or deleted.
+            Err(None) => self.drain_per_key(epoch, out)?,
+            Err(Some(e)) => return Err(LoadError::Map { name, detail: e.to_string() }),
         }
         let half = (epoch & 1) * AGG_CACHE_SLOTS;
         for i in half..half + AGG_CACHE_SLOTS {
             let per_cpu = self.cache.get(&i, 0).map_err(map_err(map::AGG_CACHE))?;
             let (cached, missed) = cached_of_epoch(epoch, per_cpu.iter());
-            for (k, v) in cached {
-                merge_into(merged.entry(k).or_default(), &v);
-            }
+            out.extend(cached);
             self.cache_missed += missed;
         }
         Ok(())
     }
+
+    /// The hash map of `epoch` in batches. `Err(None)`: the kernel refused
+    /// the first batch (nothing read; `per_key` is set).
+    fn drain_batched(&mut self, epoch: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), Option<std::io::Error>> {
+        let hashed = &self.maps[(epoch & 1) as usize];
+        let cpus = self.cpus;
+        let read = batch::lookup_and_delete_all(
+            hashed.map().fd().as_fd(),
+            size_of::<AggKey>(),
+            size_of::<AggVal>(),
+            cpus,
+            &mut self.bufs,
+            |keys, values, n| {
+                out.extend((0..n).map(|i| batch_entry(keys, values, cpus, i)).filter(|(_, v)| v.count > 0))
+            },
+        );
+        match read {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP | ENOTSUPP)) => {
+                log::debug!("batch reads refused ({e}): draining the aggregate maps key by key");
+                self.per_key = true;
+                Err(None)
+            }
+            Err(e) => Err(Some(e)),
+        }
+    }
+
+    /// The hash map of `epoch` key by key (kernels without batch reads).
+    fn drain_per_key(&mut self, epoch: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
+        let name = if epoch & 1 == 0 { map::AGG_A } else { map::AGG_B };
+        let hashed = &mut self.maps[(epoch & 1) as usize];
+        let keys: Vec<AggKey> = hashed.keys().collect::<Result<_, _>>().map_err(map_err(name))?;
+        for k in keys {
+            let v = hashed.get(&k, 0).map_err(map_err(name))?;
+            hashed.remove(&k).map_err(map_err(name))?;
+            let v = merge_cpus(v.iter());
+            if v.count > 0 {
+                out.push((k, v));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The kernel's ENOTSUPP (524), which a map type without batch operations
+/// returns; not in libc.
+const ENOTSUPP: i32 = 524;
+
+/// Entry `i` of a batch read: its key, and its per-CPU values summed.
+fn batch_entry(keys: &[u8], values: &[u8], cpus: usize, i: usize) -> (AggKey, AggVal) {
+    let ks = size_of::<AggKey>();
+    let stride = batch::per_cpu_stride(size_of::<AggVal>());
+    // SAFETY: AggKey and AggVal are repr(C) POD (any bit pattern is valid);
+    // the slices hold `n > i` keys and `n * cpus` strided values (the
+    // caller's contract with `lookup_and_delete_all`), and read_unaligned
+    // copes with alignment.
+    let key = unsafe { std::ptr::read_unaligned(keys[i * ks..(i + 1) * ks].as_ptr() as *const AggKey) };
+    let mut val = AggVal::default();
+    for c in 0..cpus {
+        let at = (i * cpus + c) * stride;
+        let bytes = &values[at..at + size_of::<AggVal>()];
+        // SAFETY: as above.
+        let v = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const AggVal) };
+        merge_into(&mut val, &v);
+    }
+    (key, val)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! interval, pending waits reaped and read at stop, counters, stacks.
 
 mod aggregates;
+mod batch;
 mod counters;
 mod futex;
 mod pending;
