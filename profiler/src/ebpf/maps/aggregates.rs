@@ -139,9 +139,44 @@ impl AggMaps {
             Err(Some(e)) => return Err(LoadError::Map { name, detail: e.to_string() }),
         }
         let half = (epoch & 1) * AGG_CACHE_SLOTS;
+        if !self.per_key {
+            return self.drain_cache_batched(epoch, half, out);
+        }
         for i in half..half + AGG_CACHE_SLOTS {
             let per_cpu = self.cache.get(&i, 0).map_err(map_err(map::AGG_CACHE))?;
             let (cached, missed) = cached_of_epoch(epoch, per_cpu.iter());
+            out.extend(cached);
+            self.cache_missed += missed;
+        }
+        Ok(())
+    }
+
+    /// The cache slots of `epoch` (from `half`) in one batch read.
+    fn drain_cache_batched(&mut self, epoch: u32, half: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
+        let cpus = self.cpus;
+        let n = batch::lookup_array_range(
+            self.cache.map().fd().as_fd(),
+            half,
+            AGG_CACHE_SLOTS as usize,
+            size_of::<AggSlot>(),
+            cpus,
+            &mut self.bufs,
+        )
+        .map_err(|e| LoadError::Map { name: map::AGG_CACHE, detail: e.to_string() })?;
+        let stride = batch::per_cpu_stride(size_of::<AggSlot>());
+        let values = &self.bufs.1;
+        let mut slots = Vec::with_capacity(cpus);
+        for i in 0..n {
+            slots.clear();
+            slots.extend((0..cpus).map(|c| {
+                let at = (i * cpus + c) * stride;
+                // SAFETY: AggSlot is repr(C) POD (any bit pattern is valid);
+                // `values` holds `n` entries of `cpus` strided values
+                // (`lookup_array_range`), and read_unaligned copes with
+                // alignment.
+                unsafe { std::ptr::read_unaligned(values[at..at + size_of::<AggSlot>()].as_ptr() as *const AggSlot) }
+            }));
+            let (cached, missed) = cached_of_epoch(epoch, slots.iter());
             out.extend(cached);
             self.cache_missed += missed;
         }

@@ -10,7 +10,8 @@ use std::{
     os::fd::{AsFd, AsRawFd, BorrowedFd},
 };
 
-/// `bpf(2)` command (uapi/linux/bpf.h).
+/// `bpf(2)` commands (uapi/linux/bpf.h).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
 
 /// Keys asked for per call. A hash map's batch stops at a bucket
@@ -70,19 +71,7 @@ pub fn lookup_and_delete_all(
             map_fd: map.as_fd().as_raw_fd() as u32,
             ..BatchAttr::default()
         };
-        // SAFETY: bpf(2) reads the attr union's `batch` member (a prefix of
-        // the union, the size passed), reads the token and writes at most
-        // `count` keys, `count` per-CPU values and the token, into buffers
-        // sized for that and alive across the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_AND_DELETE_BATCH,
-                &mut attr as *mut BatchAttr,
-                std::mem::size_of::<BatchAttr>(),
-            )
-        };
-        let err = (r < 0).then(io::Error::last_os_error);
+        let err = batch_call(BPF_MAP_LOOKUP_AND_DELETE_BATCH, &mut attr).err();
         let done = matches!(&err, Some(e) if e.raw_os_error() == Some(libc::ENOENT));
         if let Some(e) = err.filter(|_| !done) {
             return Err(if first { e } else { io::Error::new(e.kind(), format!("{e} after {total} keys")) });
@@ -96,6 +85,50 @@ pub fn lookup_and_delete_all(
             return Ok(total);
         }
         first = false;
+    }
+}
+
+/// One batch command; the caller sized `attr`'s buffers for `count`
+/// keys and values (and the token).
+fn batch_call(cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
+    // SAFETY: bpf(2) reads the attr union's `batch` member (a prefix of the
+    // union, the size passed), reads the token and writes at most `count`
+    // keys, `count` per-CPU values and the token, into buffers the caller
+    // sized for that and keeps alive across the call.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>()) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Reads entries `first..first + n` of the per-CPU array `map` (u32 keys)
+/// in one call into `values` (for entry `i`, `cpus` values of
+/// [`per_cpu_stride`] bytes from `i * cpus * stride`); the number read.
+pub fn lookup_array_range(
+    map: BorrowedFd<'_>,
+    first: u32,
+    n: usize,
+    value_size: usize,
+    cpus: usize,
+    bufs: &mut (Vec<u8>, Vec<u8>),
+) -> io::Result<usize> {
+    let (keys, values) = bufs;
+    keys.resize(n * 4, 0);
+    values.resize(n * per_cpu_stride(value_size) * cpus, 0);
+    // The batch starts after the key in `in_batch`: none for the first entry.
+    let prev = [first.wrapping_sub(1), 0];
+    let mut token = [0u32; 2];
+    let mut attr = BatchAttr {
+        in_batch: if first == 0 { 0 } else { prev.as_ptr() as u64 },
+        out_batch: token.as_mut_ptr() as u64,
+        keys: keys.as_mut_ptr() as u64,
+        values: values.as_mut_ptr() as u64,
+        count: n as u32,
+        map_fd: map.as_fd().as_raw_fd() as u32,
+        ..BatchAttr::default()
+    };
+    match batch_call(BPF_MAP_LOOKUP_BATCH, &mut attr) {
+        Ok(()) => Ok((attr.count as usize).min(n)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok((attr.count as usize).min(n)),
+        Err(e) => Err(e),
     }
 }
 
