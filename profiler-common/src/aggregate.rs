@@ -141,6 +141,49 @@ pub struct AggSlot {
     pub val: AggVal,
 }
 
+/// Entries per generation of the per-CPU log of waits that missed the
+/// aggregate cache (`AGG_LOG` holds two generations): 576 KiB per CPU. A
+/// wait whose cache slot another key holds is appended there (one store of
+/// its key, time and comm) instead of going to the hash map, whose insert of
+/// a new key (a cold element and a 432-byte value zeroed on every possible
+/// CPU, under a bucket lock) cost the end program ~600 ns inside the
+/// critical section on the fork storm, where each child's waits are new
+/// keys. A generation whose log filled past half is drained sooner (see
+/// userspace's housekeeping); a full log sends waits to the hash map.
+pub const AGG_LOG_ENTRIES: u32 = 4096;
+
+/// One wait in the per-CPU log (`AGG_LOG`): userspace folds it into the
+/// aggregates of its key at the drain.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AggLogEntry {
+    /// The wait's aggregate key.
+    pub key: AggKey,
+    /// How long it waited, ns.
+    pub wait_ns: u64,
+    /// The comm its key takes if the key is new.
+    pub comm: [u8; 16],
+}
+
+impl AggLogEntry {
+    /// The entry as an aggregate of one wait.
+    pub fn as_agg(&self) -> AggVal {
+        let mut v = AggVal {
+            count: 1,
+            total_ns: self.wait_ns,
+            max_ns: self.wait_ns,
+            min_ns: self.wait_ns,
+            comm: self.comm,
+            ..AggVal::default()
+        };
+        let b = hist_bucket(self.wait_ns);
+        if let Some(h) = v.hist.get_mut(b) {
+            *h = 1;
+        }
+        v
+    }
+}
+
 /// Index in `AGG_CACHE` of `key`'s slot in generation `epoch`.
 #[inline(always)]
 pub fn agg_cache_index(key: &AggKey, epoch: u32) -> u32 {
@@ -196,6 +239,17 @@ mod tests {
         // Twice as many keys of one lock as slots: most slots get one (86%
         // of them if the index spreads like a uniform hash).
         assert!(used.iter().filter(|u| **u).count() > AGG_CACHE_SLOTS as usize * 3 / 4);
+    }
+
+    #[test]
+    fn a_logged_wait_is_an_aggregate_of_one() {
+        let e = AggLogEntry { key: AggKey::default(), wait_ns: 1500, comm: *b"cat\0\0\0\0\0\0\0\0\0\0\0\0\0" };
+        let v = e.as_agg();
+        assert_eq!((v.count, v.total_ns, v.min_ns, v.max_ns), (1, 1500, 1500, 1500));
+        assert_eq!(v.hist.iter().map(|&c| u64::from(c)).sum::<u64>(), 1);
+        assert_eq!(v.hist[hist_bucket(1500)], 1);
+        assert_eq!(&v.comm[..3], b"cat");
+        assert_eq!(core::mem::size_of::<AggLogEntry>(), 72);
     }
 
     #[test]

@@ -23,8 +23,8 @@ mod state;
 mod unwind;
 
 pub use aggregate::{
-    AGG_BLAME, AGG_CACHE_SLOTS, AGG_HOLD, AggKey, AggSlot, AggVal, HIST_BUCKETS, agg_cache_index, hist_bucket,
-    hist_bucket_low,
+    AGG_BLAME, AGG_CACHE_SLOTS, AGG_HOLD, AGG_LOG_ENTRIES, AggKey, AggLogEntry, AggSlot, AggVal, HIST_BUCKETS,
+    agg_cache_index, hist_bucket, hist_bucket_low,
 };
 pub use config::{
     CGROUP_FILTER_ENTRIES, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,

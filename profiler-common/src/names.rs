@@ -33,6 +33,10 @@ pub mod map {
     pub const AGG_B: &str = "AGG_B";
     /// Per-CPU direct-mapped aggregate cache in front of the hash maps.
     pub const AGG_CACHE: &str = "AGG_CACHE";
+    /// Per-CPU log of waits that missed the aggregate cache.
+    pub const AGG_LOG: &str = "AGG_LOG";
+    /// Entries used in each generation of the per-CPU log.
+    pub const AGG_LOG_LEN: &str = "AGG_LOG_LEN";
     /// Which aggregate map the programs write.
     pub const ACTIVE: &str = "ACTIVE";
     /// An all-zero aggregate value: the initial value of a new key.
@@ -96,6 +100,8 @@ pub mod map {
         AGG_A,
         AGG_B,
         AGG_CACHE,
+        AGG_LOG,
+        AGG_LOG_LEN,
         ACTIVE,
         AGG_ZERO,
         HOLD_ON,

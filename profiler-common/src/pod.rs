@@ -28,6 +28,7 @@ pod!(
     super::TpOffsets,
     super::Layout,
     super::AggSlot,
+    super::AggLogEntry,
     super::StoredStack,
     super::StoredUserStack,
     super::UserStackEvent,

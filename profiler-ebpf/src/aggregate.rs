@@ -4,11 +4,11 @@
 //! per-CPU hash map.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use profiler_common::{AggKey, AggVal, agg_cache_index, hist_bucket};
+use profiler_common::{AGG_LOG_ENTRIES, AggKey, AggVal, agg_cache_index, hist_bucket};
 
 use crate::{
     context::current_comm,
-    maps::{ACTIVE, AGG_A, AGG_B, AGG_CACHE, AGG_ZERO},
+    maps::{ACTIVE, AGG_A, AGG_B, AGG_CACHE, AGG_LOG, AGG_LOG_LEN, AGG_ZERO},
 };
 
 #[inline(always)]
@@ -42,8 +42,9 @@ pub fn aggregate_as(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) ->
     fold(key, wait, comm)
 }
 
-/// Folds a wait into the cache slot of `key`, or the hash map when another
-/// key holds the slot (counted in that slot: see `cached`).
+/// Folds a wait into the cache slot of `key`, or, when another key holds
+/// the slot (counted in that slot: see `cached`), appends it to this CPU's
+/// log, or, with the log full, folds it into the hash map.
 #[inline(always)]
 fn fold(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) -> bool {
     let epoch = ACTIVE.get(0).copied().unwrap_or(0);
@@ -51,11 +52,38 @@ fn fold(key: &AggKey, wait: u64, comm: impl FnOnce() -> [u8; 16]) -> bool {
         add_wait(v, wait, comm);
         return true;
     }
+    if let Some((len, n)) = log_room(epoch) {
+        let idx = (epoch & 1) * AGG_LOG_ENTRIES + n;
+        if let Some(e) = AGG_LOG.get_ptr_mut(idx) {
+            // SAFETY: this CPU's entry from a successful lookup, valid for
+            // the map's lifetime; userspace reads a generation's entries
+            // only after the programs moved to the next one.
+            let e = unsafe { &mut *e };
+            e.key = *key;
+            e.wait_ns = wait;
+            e.comm = comm();
+            *len = n + 1;
+            return true;
+        }
+    }
     let Some(v) = hashed(key, epoch) else {
         return false;
     };
     add_wait(v, wait, comm);
     true
+}
+
+/// This CPU's entry count of generation `epoch`'s log, and its value,
+/// when the log has room.
+#[inline(always)]
+fn log_room(epoch: u32) -> Option<(&'static mut u32, u32)> {
+    let len = AGG_LOG_LEN.get_ptr_mut(epoch & 1)?;
+    // SAFETY: this CPU's counter from a successful lookup, valid for the
+    // map's lifetime (see `context` for what a preempted fexit program can
+    // do: at worst an entry written twice).
+    let len = unsafe { &mut *len };
+    let n = *len;
+    (n < AGG_LOG_ENTRIES).then_some((len, n))
 }
 
 /// `key`'s value in this CPU's cache: its slot if the key owns it, or the

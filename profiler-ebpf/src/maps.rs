@@ -8,11 +8,12 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use profiler_common::{
-    ACQUIRED_SLOTS, AGG_CACHE_SLOTS, Acquired, AggKey, AggSlot, AggVal, CGROUP_FILTER_ENTRIES, CachedStack, Config,
-    DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, HoldKey, HoldStart,
-    Holder, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent, OwnerAsleep, PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS,
-    StackBudget, StackId, StoredStack, StoredUserStack, TGID_FILTER_ENTRIES, UNWIND_PLAN_ENTRIES, UnwindPlan,
-    UnwindPlanKey, UserRegsLayout, UserStackCopy, YIELD_PENDING_ENTRIES, YieldStart, counter,
+    ACQUIRED_SLOTS, AGG_CACHE_SLOTS, AGG_LOG_ENTRIES, Acquired, AggKey, AggLogEntry, AggSlot, AggVal,
+    CGROUP_FILTER_ENTRIES, CachedStack, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
+    DEFAULT_STACK_ENTRIES, HoldKey, HoldStart, Holder, IDENT_ENTRIES, IDENT_SEEN_SLOTS, LockIdent, OwnerAsleep,
+    PendingWait, SPIN_SLOTS, STACK_CACHE_SLOTS, StackBudget, StackId, StoredStack, StoredUserStack,
+    TGID_FILTER_ENTRIES, UNWIND_PLAN_ENTRIES, UnwindPlan, UnwindPlanKey, UserRegsLayout, UserStackCopy,
+    YIELD_PENDING_ENTRIES, YieldStart, counter,
     futex::{FUTEX_WAIT_ENTRIES, FutexWait},
 };
 
@@ -67,6 +68,14 @@ pub static AGG_B: PerCpuHashMap<AggKey, AggVal> = PerCpuHashMap::with_max_entrie
 /// generations of `AGG_CACHE_SLOTS` slots.
 #[map]
 pub static AGG_CACHE: PerCpuArray<AggSlot> = PerCpuArray::with_max_entries(2 * AGG_CACHE_SLOTS, 0);
+/// Per-CPU log of waits that missed the cache, two generations of
+/// `AGG_LOG_ENTRIES` (see `profiler_common::AGG_LOG_ENTRIES`); userspace
+/// sizes it to one entry in stream mode.
+#[map]
+pub static AGG_LOG: PerCpuArray<AggLogEntry> = PerCpuArray::with_max_entries(2 * AGG_LOG_ENTRIES, 0);
+/// Entries used per generation of `AGG_LOG`, per CPU.
+#[map]
+pub static AGG_LOG_LEN: PerCpuArray<u32> = PerCpuArray::with_max_entries(2, 0);
 /// Generation the programs write: `ACTIVE[0] & 1` picks the aggregate map
 /// and the cache half.
 #[map]

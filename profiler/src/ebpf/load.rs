@@ -453,6 +453,8 @@ impl Probes {
             PerCpuHashMap::try_from(self.take(map::AGG_A)?).map_err(map_err(map::AGG_A))?,
             PerCpuHashMap::try_from(self.take(map::AGG_B)?).map_err(map_err(map::AGG_B))?,
             PerCpuArray::try_from(self.take(map::AGG_CACHE)?).map_err(map_err(map::AGG_CACHE))?,
+            PerCpuArray::try_from(self.take(map::AGG_LOG)?).map_err(map_err(map::AGG_LOG))?,
+            PerCpuArray::try_from(self.take(map::AGG_LOG_LEN)?).map_err(map_err(map::AGG_LOG_LEN))?,
             Array::try_from(self.take(map::ACTIVE)?).map_err(map_err(map::ACTIVE))?,
         ))
     }

@@ -4,8 +4,9 @@
 
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
-    Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES, DEFAULT_STACK_ENTRIES, Layout,
-    OWNER_STACKS, TaskOffsets, TpOffsets, UNWIND_PLAN_ENTRIES, USER_STACKS_UNWIND, UserRegsLayout,
+    AGG_LOG_ENTRIES, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
+    DEFAULT_STACK_ENTRIES, Layout, MODE_AGGREGATE, OWNER_STACKS, TaskOffsets, TpOffsets, UNWIND_PLAN_ENTRIES,
+    USER_STACKS_UNWIND, UserRegsLayout,
     futex::FUTEX_WAIT_ENTRIES,
     names::{self, map},
 };
@@ -122,6 +123,8 @@ pub(super) fn load_object(
             map::OWNER_ASLEEP,
             if opts.config.owners & OWNER_STACKS != 0 { DEFAULT_PENDING_ENTRIES } else { 1 },
         )
+        // The per-CPU log (576 KiB per CPU) is written in aggregate mode only.
+        .map_max_entries(map::AGG_LOG, if opts.config.mode == MODE_AGGREGATE { 2 * AGG_LOG_ENTRIES } else { 1 })
         .map_max_entries(map::AGG_A, opts.agg_entries)
         .map_max_entries(map::AGG_B, opts.agg_entries)
         .load(object.bytes())?;

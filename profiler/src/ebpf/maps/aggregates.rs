@@ -11,8 +11,11 @@
 
 use std::{collections::HashMap, os::fd::AsFd};
 
+use aya::maps::PerCpuValues;
 use aya::maps::{Array, IterableMap, MapData, PerCpuArray, PerCpuHashMap};
-use profiler_common::{AGG_CACHE_SLOTS, AggKey, AggSlot, AggVal, HIST_BUCKETS, names::map};
+use profiler_common::{
+    AGG_CACHE_SLOTS, AGG_LOG_ENTRIES, AggKey, AggLogEntry, AggSlot, AggVal, HIST_BUCKETS, names::map,
+};
 
 use super::batch;
 use crate::ebpf::LoadError;
@@ -21,8 +24,12 @@ use crate::ebpf::LoadError;
 pub struct AggMaps {
     maps: [PerCpuHashMap<MapData, AggKey, AggVal>; 2],
     cache: PerCpuArray<MapData, AggSlot>,
+    log: PerCpuArray<MapData, AggLogEntry>,
+    log_len: PerCpuArray<MapData, u32>,
     active: Array<MapData, u32>,
     epoch: u32,
+    /// The most entries one CPU logged in the last generation drained.
+    log_most: usize,
     cache_missed: u64,
     /// Possible CPUs (the per-CPU values of a key); 0 where unknown, which
     /// drains key by key.
@@ -87,14 +94,19 @@ impl AggMaps {
         a: PerCpuHashMap<MapData, AggKey, AggVal>,
         b: PerCpuHashMap<MapData, AggKey, AggVal>,
         cache: PerCpuArray<MapData, AggSlot>,
+        log: PerCpuArray<MapData, AggLogEntry>,
+        log_len: PerCpuArray<MapData, u32>,
         active: Array<MapData, u32>,
     ) -> AggMaps {
         let cpus = aya::util::nr_cpus().unwrap_or(0);
         AggMaps {
             maps: [a, b],
             cache,
+            log,
+            log_len,
             active,
             epoch: 0,
+            log_most: 0,
             cache_missed: 0,
             cpus,
             bufs: (Vec::new(), Vec::new()),
@@ -138,6 +150,7 @@ impl AggMaps {
             Err(None) => self.drain_per_key(epoch, out)?,
             Err(Some(e)) => return Err(LoadError::Map { name, detail: e.to_string() }),
         }
+        self.drain_log(epoch, out)?;
         let half = (epoch & 1) * AGG_CACHE_SLOTS;
         if !self.per_key {
             return self.drain_cache_batched(epoch, half, out);
@@ -148,6 +161,79 @@ impl AggMaps {
             out.extend(cached);
             self.cache_missed += missed;
         }
+        Ok(())
+    }
+
+    /// The most entries one CPU wrote to its log in the last generation
+    /// drained (of [`AGG_LOG_ENTRIES`]).
+    pub fn log_most(&self) -> usize {
+        self.log_most
+    }
+
+    /// The per-CPU log of generation `epoch`: its entry counts are read and
+    /// zeroed first (the programs write the other generation's), then its
+    /// entries. Counts that could not be zeroed leave the entries unread
+    /// (they would be read twice otherwise): an error.
+    fn drain_log(&mut self, epoch: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
+        let half = epoch & 1;
+        let lens: Vec<usize> = self
+            .log_len
+            .get(&half, 0)
+            .map_err(map_err(map::AGG_LOG_LEN))?
+            .iter()
+            .map(|&n| (n as usize).min(AGG_LOG_ENTRIES as usize))
+            .collect();
+        let most = lens.iter().copied().max().unwrap_or(0);
+        self.log_most = most;
+        if most == 0 {
+            return Ok(());
+        }
+        let zeros = PerCpuValues::try_from(vec![0u32; lens.len()])
+            .map_err(|e| LoadError::Map { name: map::AGG_LOG_LEN, detail: e.to_string() })?;
+        self.log_len.set(half, zeros, 0).map_err(map_err(map::AGG_LOG_LEN))?;
+        let cpus = lens.len();
+        let entries = |n: usize, values: &[u8], out: &mut Vec<(AggKey, AggVal)>| {
+            let stride = batch::per_cpu_stride(size_of::<AggLogEntry>());
+            for i in 0..n {
+                for (c, &len) in lens.iter().enumerate() {
+                    if i < len {
+                        let at = (i * cpus + c) * stride;
+                        // SAFETY: AggLogEntry is repr(C) POD (any bit pattern
+                        // is valid); `values` holds `n` entries of `cpus`
+                        // strided values, and read_unaligned copes with
+                        // alignment.
+                        let e = unsafe {
+                            std::ptr::read_unaligned(
+                                values[at..at + size_of::<AggLogEntry>()].as_ptr() as *const AggLogEntry
+                            )
+                        };
+                        out.push((e.key, e.as_agg()));
+                    }
+                }
+            }
+        };
+        let first = half * AGG_LOG_ENTRIES;
+        if self.per_key {
+            for i in 0..most {
+                let per_cpu = self.log.get(&(first + i as u32), 0).map_err(map_err(map::AGG_LOG))?;
+                for (c, e) in per_cpu.iter().enumerate() {
+                    if i < lens.get(c).copied().unwrap_or(0) {
+                        out.push((e.key, e.as_agg()));
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let n = batch::lookup_array_range(
+            self.log.map().fd().as_fd(),
+            first,
+            most,
+            size_of::<AggLogEntry>(),
+            self.cpus,
+            &mut self.bufs,
+        )
+        .map_err(|e| LoadError::Map { name: map::AGG_LOG, detail: e.to_string() })?;
+        entries(n, &self.bufs.1, out);
         Ok(())
     }
 
