@@ -27,7 +27,14 @@ pub fn pipe_mutex(p: &Profile) -> Result<&LockProfile, String> {
                 || (l.lock_type == LockType::RtMutex && l.rt_base.as_deref() == Some("mutex"))
         })
         .find(|l| callers(l).iter().any(|c| c.contains("pipe_write")))
-        .ok_or_else(|| format!("no pipe mutex among {:?}", classes(p)))
+        .ok_or_else(|| {
+            format!(
+                "no pipe mutex among {:?} ({} waits; map operations refused: {})",
+                classes(p),
+                p.meta.events,
+                p.meta.drops.losses.map_ops_refused
+            )
+        })
 }
 
 /// Waits on the pipe mutex, from the writers.

@@ -37,9 +37,12 @@ pub struct AggMaps {
     /// The batch reads' key and value buffers, kept between drains (a
     /// drain's megabytes would otherwise be faulted in anew each time).
     bufs: (Vec<u8>, Vec<u8>),
-    /// Whether the kernel refused a batch read (before 5.6): key by key
-    /// from then on.
+    /// Whether the kernel refused a batch read of a per-CPU hash map
+    /// (before 5.6): its keys one by one from then on.
     per_key: bool,
+    /// Whether the kernel refused a batch read of a per-CPU array (before
+    /// 5.13): the cache slots and log entries one by one from then on.
+    arrays_per_key: bool,
 }
 
 /// Adds `v` (one CPU's or one source's aggregate) into `out`.
@@ -111,6 +114,7 @@ impl AggMaps {
             cpus,
             bufs: (Vec::new(), Vec::new()),
             per_key: cpus == 0,
+            arrays_per_key: cpus == 0,
         }
     }
 
@@ -152,8 +156,12 @@ impl AggMaps {
         }
         self.drain_log(epoch, out)?;
         let half = (epoch & 1) * AGG_CACHE_SLOTS;
-        if !self.per_key {
-            return self.drain_cache_batched(epoch, half, out);
+        if !self.arrays_per_key {
+            match self.drain_cache_batched(epoch, half, out) {
+                Ok(()) => return Ok(()),
+                Err(e) if refused(&e) => self.refuse_array_batches(&e),
+                Err(e) => return Err(LoadError::Map { name: map::AGG_CACHE, detail: e.to_string() }),
+            }
         }
         for i in half..half + AGG_CACHE_SLOTS {
             let per_cpu = self.cache.get(&i, 0).map_err(map_err(map::AGG_CACHE))?;
@@ -213,32 +221,46 @@ impl AggMaps {
             }
         };
         let first = half * AGG_LOG_ENTRIES;
-        if self.per_key {
-            for i in 0..most {
-                let per_cpu = self.log.get(&(first + i as u32), 0).map_err(map_err(map::AGG_LOG))?;
-                for (c, e) in per_cpu.iter().enumerate() {
-                    if i < lens.get(c).copied().unwrap_or(0) {
-                        out.push((e.key, e.as_agg()));
-                    }
+        if !self.arrays_per_key {
+            let read = batch::lookup_array_range(
+                self.log.map().fd().as_fd(),
+                first,
+                most,
+                size_of::<AggLogEntry>(),
+                self.cpus,
+                &mut self.bufs,
+            );
+            match read {
+                Ok(n) => {
+                    entries(n, &self.bufs.1, out);
+                    return Ok(());
+                }
+                // Nothing was read: the entries are read one by one below.
+                Err(e) if refused(&e) => self.refuse_array_batches(&e),
+                Err(e) => return Err(LoadError::Map { name: map::AGG_LOG, detail: e.to_string() }),
+            }
+        }
+        for i in 0..most {
+            let per_cpu = self.log.get(&(first + i as u32), 0).map_err(map_err(map::AGG_LOG))?;
+            for (c, e) in per_cpu.iter().enumerate() {
+                if i < lens.get(c).copied().unwrap_or(0) {
+                    out.push((e.key, e.as_agg()));
                 }
             }
-            return Ok(());
         }
-        let n = batch::lookup_array_range(
-            self.log.map().fd().as_fd(),
-            first,
-            most,
-            size_of::<AggLogEntry>(),
-            self.cpus,
-            &mut self.bufs,
-        )
-        .map_err(|e| LoadError::Map { name: map::AGG_LOG, detail: e.to_string() })?;
-        entries(n, &self.bufs.1, out);
         Ok(())
     }
 
-    /// The cache slots of `epoch` (from `half`) in one batch read.
-    fn drain_cache_batched(&mut self, epoch: u32, half: u32, out: &mut Vec<(AggKey, AggVal)>) -> Result<(), LoadError> {
+    /// The kernel refused a batch read of a per-CPU array (`e`): the arrays
+    /// are read one by one from then on.
+    fn refuse_array_batches(&mut self, e: &std::io::Error) {
+        log::debug!("batch reads of per-CPU arrays refused ({e}): reading the cache and log slot by slot");
+        self.arrays_per_key = true;
+    }
+
+    /// The cache slots of `epoch` (from `half`) in one batch read; an
+    /// error has read nothing.
+    fn drain_cache_batched(&mut self, epoch: u32, half: u32, out: &mut Vec<(AggKey, AggVal)>) -> std::io::Result<()> {
         let cpus = self.cpus;
         let n = batch::lookup_array_range(
             self.cache.map().fd().as_fd(),
@@ -247,8 +269,7 @@ impl AggMaps {
             size_of::<AggSlot>(),
             cpus,
             &mut self.bufs,
-        )
-        .map_err(|e| LoadError::Map { name: map::AGG_CACHE, detail: e.to_string() })?;
+        )?;
         let stride = batch::per_cpu_stride(size_of::<AggSlot>());
         let values = &self.bufs.1;
         let mut slots = Vec::with_capacity(cpus);
@@ -286,7 +307,7 @@ impl AggMaps {
         );
         match read {
             Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP | ENOTSUPP)) => {
+            Err(e) if refused(&e) => {
                 log::debug!("batch reads refused ({e}): draining the aggregate maps key by key");
                 self.per_key = true;
                 Err(None)
@@ -315,6 +336,13 @@ impl AggMaps {
 /// The kernel's ENOTSUPP (524), which a map type without batch operations
 /// returns; not in libc.
 const ENOTSUPP: i32 = 524;
+
+/// Whether `e` is the kernel refusing a batch operation it lacks (for the
+/// map type, or at all): per-CPU hash maps have them from 5.6, per-CPU
+/// arrays from 5.13.
+fn refused(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTSUP | ENOTSUPP))
+}
 
 /// Entry `i` of a batch read: its key, and its per-CPU values summed.
 fn batch_entry(keys: &[u8], values: &[u8], cpus: usize, i: usize) -> (AggKey, AggVal) {
