@@ -90,11 +90,20 @@ struct Tally {
     drops: String,
 }
 
-/// Records pipe, fork, unlink and mmap storms at once for 3 s, with `hogs`
-/// threads spinning beside them, and the floor's counts over the same
-/// window: read once lockprof is attached and again before it stops, so
-/// each side counts the storms' contentions plus the background of a
-/// moment.
+/// Contentions the storms make before [`storms_counted`] stops them (after
+/// [`STORM_LEAST`]): a 1% agreement then means something whatever the
+/// machine's load (beside two CPU hogs on a busy 2-CPU machine the storms
+/// made 8k contentions in 3 s, idle 77k).
+const STORM_CONTENTIONS: u64 = 20_000;
+/// The shortest and the longest the storms run.
+const STORM_LEAST: Duration = Duration::from_secs(3);
+const STORM_MOST: Duration = Duration::from_secs(20);
+
+/// Records pipe, fork, unlink and mmap storms at once, with `hogs` threads
+/// spinning beside them, until they have made [`STORM_CONTENTIONS`], and
+/// the floor's counts over the same window: read once lockprof is attached
+/// and again before it stops, so each side counts the storms' contentions
+/// plus the background of a moment.
 fn storms_counted(floor: &FloorProbes, hogs: usize) -> Tally {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async {
@@ -115,11 +124,15 @@ fn storms_counted(floor: &FloorProbes, hogs: usize) -> Tally {
             .into_iter()
             .map(|w| {
                 let stop = stop.clone();
-                thread::spawn(move || (w, workload::run(w, 2, Duration::from_secs(3), stop)))
+                thread::spawn(move || (w, workload::run(w, 2, STORM_MOST, stop)))
             })
             .collect();
+        let started = std::time::Instant::now();
         while !storms.iter().all(|t| t.is_finished()) {
             tokio::time::sleep(Duration::from_millis(50)).await;
+            if started.elapsed() >= STORM_LEAST && floor.counts().1 - before >= STORM_CONTENTIONS {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         for t in storms {
             let (w, outcome) = t.join().expect("storm thread");
