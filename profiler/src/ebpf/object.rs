@@ -153,6 +153,9 @@ pub(super) fn bump_memlock() {
 }
 
 #[cfg(test)]
+mod stack_chains;
+
+#[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
