@@ -130,6 +130,12 @@ pub const KFUNC_RDONLY_CAST: u32 = 2;
 pub const KFUNC_TASK_FROM_PID: u32 = 4;
 /// `Config::kfuncs` bit: `bpf_task_release` (6.2+) is callable.
 pub const KFUNC_TASK_RELEASE: u32 = 8;
+/// `Config::kfuncs` bit: the programs may read their thread's kernel stack
+/// with plain fault-safe loads (`bpf_rdonly_cast` to `task_struct`, whose
+/// first 8 bytes are `thread_info.flags`, an integer, on this kernel): the
+/// stack cache proves a reused stack against the stack itself. Set by
+/// userspace with [`KFUNC_RDONLY_CAST`] only when the kernel's BTF says so.
+pub const STACK_WORDS: u32 = 16;
 /// The `Config::kfuncs` bits `--owner-stacks` needs: a trusted reference to
 /// the owner task (which `bpf_get_task_stack` takes), its release, and plain
 /// loads of the owner's state.

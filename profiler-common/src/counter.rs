@@ -25,7 +25,8 @@ pub const REPEATED_BEGIN: u32 = 6;
 /// pending wait is ever left behind by a half-seen nested contention.
 pub const REENTERED: u32 = 7;
 /// Stack budget spent: the stack of the same thread's previous wait on the
-/// same lock with the same flags was reused.
+/// same lock with the same flags (or a cut stack proven as for
+/// [`STACK_PROVEN`]) was reused.
 pub const STACK_REUSED: u32 = 8;
 /// Stack budget spent and nothing to reuse: the wait has no stack.
 pub const STACK_SKIPPED: u32 = 9;
@@ -102,8 +103,13 @@ pub const STACKS_CUT: u32 = 35;
 /// (qrwlock's `wait_lock`, an interrupt's spinlock): measured under their
 /// own lock, in `NESTED_SPIN_SLOT`.
 pub const NESTED_WAITS: u32 = 36;
+/// Waits whose whole kernel stack was reused without a walk, and without
+/// spending the `--stack-rate` budget: a stack walked before for a wait on
+/// the same lock with the same flags, proven by the waiter's own kernel
+/// stack (the same return address at the same place above the program).
+pub const STACK_PROVEN: u32 = 37;
 /// Number of counters.
-pub const COUNT: u32 = 37;
+pub const COUNT: u32 = 38;
 
 /// Stable names, indexed by counter.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -144,6 +150,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "user_stack_signed",
     "stacks_cut",
     "nested",
+    "stack_proven",
 ];
 
 /// Names of the counters userspace keeps (not in the `COUNTERS` map); what

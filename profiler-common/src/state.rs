@@ -172,10 +172,15 @@ pub const NESTED_SPIN_SLOT: u32 = 2;
 /// Slots of `SPIN_PENDING`.
 pub const SPIN_SLOTS: u32 = 3;
 
-/// An entry of the per-CPU stack cache (`STACK_CACHE`, indexed by
-/// [`stack_cache_index`]): the last stack captured for a thread on this
-/// CPU, reused when the budget is spent and the same thread waits again on
-/// the same lock with the same flags.
+/// An entry of the per-CPU stack cache (`STACK_CACHE`): a kernel stack
+/// walked for a wait, reused for a later wait on the same lock with the
+/// same flags. Where the programs can read the kernel stack (6.2+, a
+/// context on the stack), an entry carries a proof: a return address the
+/// walk found, and where it lay above the program's context. A later wait
+/// that finds the same word at the same place came through the same frames,
+/// whichever thread it is, and reuses the stack without a walk. Otherwise
+/// (and when the budget is spent) the same thread's last stack for that
+/// lock and flags is reused.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct CachedStack {
@@ -185,18 +190,35 @@ pub struct CachedStack {
     pub stack_id: StackId,
     /// The user stack id captured with it.
     pub user_stack_id: StackId,
+    /// The proof's return address (see `proof_off`).
+    pub proof_ret: u64,
     /// Thread it was captured for.
     pub tid: u32,
     /// Flags of that wait.
     pub flags: u32,
     /// 1 when `stack_id` is a walk cut at its caller ([`crate::STACK_CUT`]).
     pub cut: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// Bytes above the program's context where the walk's proof frame
+    /// kept its return address (`proof_ret`); 0: no proof.
+    pub proof_off: u32,
 }
 
 /// Entries of the per-CPU stack cache (a power of two).
 pub const STACK_CACHE_SLOTS: u32 = 64;
+
+/// Entries of a set of the stack cache, for the stacks proven by the kernel
+/// stack (a power of two): the call sites of one lock with one set of flags
+/// (a mutex's readers and writers; `tasklist_lock`'s writers in fork, exit
+/// and wait) keep their own entries.
+pub const STACK_CACHE_WAYS: u32 = 4;
+
+/// The first slot of the set of the stack cache for proven stacks of
+/// waits on `lock` with `flags`.
+#[inline(always)]
+pub const fn stack_cache_set(lock: u64, flags: u32) -> u32 {
+    let h = ((lock >> 4) ^ (lock >> 20) ^ (flags as u64).rotate_left(40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 59) as u32 & (STACK_CACHE_SLOTS / STACK_CACHE_WAYS - 1)) * STACK_CACHE_WAYS
+}
 
 /// The stack cache slot of thread `tid`'s waits with `flags`: a thread's
 /// first spins and its sleeping waits on one mutex (different flags, both
@@ -223,6 +245,10 @@ pub struct StackBudget {
     pub asleep_switches: u64,
     /// See `asleep_task`.
     pub asleep_stack_id: StackId,
+    /// Scratch: the running program's context address, stored and loaded
+    /// back so that the verifier sees a number, not a pointer (privileged
+    /// programs may store pointers in maps, not compute with their context).
+    pub ctx_scratch: u64,
 }
 
 /// Key of the per-task pending-wait map: the thread id, or for the idle
@@ -307,7 +333,14 @@ mod tests {
         assert_eq!(core::mem::size_of::<Acquired>(), 64);
         assert_eq!(core::mem::size_of::<Holder>(), 16);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u32::MAX) < ACQUIRED_SLOTS);
-        assert_eq!(core::mem::size_of::<CachedStack>(), 40);
+        assert_eq!(core::mem::size_of::<CachedStack>(), 48);
+        let mut used = [false; (STACK_CACHE_SLOTS / STACK_CACHE_WAYS) as usize];
+        for i in 0..256u64 {
+            let s = stack_cache_set(0xffff_8881_0000_0000 + i * 0x40, 0x21);
+            assert!(s.is_multiple_of(STACK_CACHE_WAYS) && s + STACK_CACHE_WAYS <= STACK_CACHE_SLOTS);
+            used[(s / STACK_CACHE_WAYS) as usize] = true;
+        }
+        assert!(used.iter().all(|&u| u), "locks spread over every set");
         assert!(STACK_CACHE_SLOTS.is_power_of_two());
         assert!((0..1000u32).all(|t| stack_cache_index(t, u32::MAX) < STACK_CACHE_SLOTS));
         assert_ne!(stack_cache_index(4242, 0x21), stack_cache_index(4242, 0x1), "a mutex's spin and sleep entries");

@@ -9,17 +9,22 @@ use aya_ebpf::{
 use profiler_common::probe_flags;
 
 use crate::{
-    context::{config, fentry_lock, guarded},
+    context::{Guard, config, fentry_lock, guarded},
     waits::{on_begin, on_end, probe_begin, probe_end},
 };
 
+// Inlined into the program the macro wraps around it: a body of its own is
+// one more call and return per wait (a return costs a mitigation thunk on
+// some hosts).
 #[btf_tracepoint(function = "contention_begin")]
+#[inline(always)]
 pub fn contention_begin_btf(ctx: BtfTracePointContext) -> i32 {
     begin_btf::<true>(&ctx)
 }
 
 /// `contention_begin_btf` for kernels before 6.2 (see `waits::on_begin`).
 #[btf_tracepoint(function = "contention_begin")]
+#[inline(always)]
 pub fn contention_begin_btf_v61(ctx: BtfTracePointContext) -> i32 {
     begin_btf::<false>(&ctx)
 }
@@ -28,7 +33,15 @@ pub fn contention_begin_btf_v61(ctx: BtfTracePointContext) -> i32 {
 fn begin_btf<const MODERN: bool>(ctx: &BtfTracePointContext) -> i32 {
     let lock: u64 = ctx.arg(0);
     let flags: u32 = ctx.arg(1);
-    match guarded(|| on_begin::<_, MODERN>(ctx, lock, flags, true)) {
+    let r = match Guard::enter() {
+        Ok(guard) => {
+            let r = on_begin::<_, MODERN>(ctx, lock, flags, true);
+            guard.leave();
+            r
+        }
+        Err(r) => r,
+    };
+    match r {
         Ok(r) | Err(r) => r as i32,
     }
 }
@@ -36,7 +49,15 @@ fn begin_btf<const MODERN: bool>(ctx: &BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "contention_end")]
 pub fn contention_end_btf(ctx: BtfTracePointContext) -> i32 {
     let lock: u64 = ctx.arg(0);
-    match guarded(|| on_end(&ctx, lock)) {
+    let r = match Guard::enter() {
+        Ok(guard) => {
+            let r = on_end(&ctx, lock);
+            guard.leave();
+            r
+        }
+        Err(r) => r,
+    };
+    match r {
         Ok(r) | Err(r) => r as i32,
     }
 }

@@ -39,28 +39,54 @@ pub fn count(idx: u32) -> bool {
     }
 }
 
-/// Runs `f` unless another lockprof program is already running on this CPU
-/// (a lock taken inside our own map or ring-buffer operations). Only for
-/// programs that run with preemption disabled (tracepoints, kprobes): a
-/// preempted holder would make other tasks' programs skip their work.
+/// This CPU's re-entrancy guard, held: another lockprof program on this
+/// CPU (a lock taken inside our own map or ring-buffer operations) finds
+/// it and skips its work. Only for programs that run with preemption
+/// disabled (tracepoints, kprobes): a preempted holder would make other
+/// tasks' programs skip theirs.
+pub struct Guard(*mut u32);
+
+impl Guard {
+    /// Takes the guard; `Err(0)` when the slot is missing, `Ok(0)` (counted)
+    /// when another program on this CPU holds it: what the program returns.
+    #[inline(always)]
+    pub fn enter() -> Result<Guard, Result<u32, u32>> {
+        let Some(busy) = BUSY.get_ptr_mut(0) else {
+            return Err(Err(0));
+        };
+        // SAFETY: this CPU's slot from a successful lookup; the callers run
+        // with preemption disabled, so nothing else on this CPU touches it
+        // meanwhile except a nested program, which is what the flag detects.
+        unsafe {
+            if *busy != 0 {
+                count(counter::REENTERED);
+                return Err(Ok(0));
+            }
+            *busy = 1;
+        }
+        Ok(Guard(busy))
+    }
+
+    /// Releases the guard.
+    #[inline(always)]
+    pub fn leave(self) {
+        // SAFETY: as in `enter`.
+        unsafe { *self.0 = 0 };
+    }
+}
+
+/// Runs `f` holding this CPU's [`Guard`]. The hot wait programs take the
+/// guard themselves instead, so that their body is not a call of its own
+/// (a closure LLVM keeps out of line: one more call and return, which cost
+/// on hosts whose returns go through a mitigation thunk).
 #[inline(always)]
 pub fn guarded(f: impl FnOnce() -> Result<u32, u32>) -> Result<u32, u32> {
-    let Some(busy) = BUSY.get_ptr_mut(0) else {
-        return Err(0);
+    let guard = match Guard::enter() {
+        Ok(g) => g,
+        Err(r) => return r,
     };
-    // SAFETY: this CPU's slot from a successful lookup; the callers run with
-    // preemption disabled, so nothing else on this CPU touches it meanwhile
-    // except a nested program, which is what the flag detects.
-    unsafe {
-        if *busy != 0 {
-            count(counter::REENTERED);
-            return Ok(0);
-        }
-        *busy = 1;
-    }
     let r = f();
-    // SAFETY: as above.
-    unsafe { *busy = 0 };
+    guard.leave();
     r
 }
 
@@ -84,6 +110,27 @@ impl Ids {
         let cpu = unsafe { bpf_get_smp_processor_id() };
         Ids { tid: pid_tgid as u32, tgid: (pid_tgid >> 32) as u32, cpu }
     }
+
+    /// The current task `task` ([`current_task`]), its ids read with plain
+    /// loads where this kernel's offsets are known: one helper call (and
+    /// return) fewer than [`Ids::current`], which it falls back to (`task`
+    /// null, or offsets unknown).
+    #[inline(always)]
+    pub fn of(cfg: &Config, task: *const u8) -> Ids {
+        let t = &cfg.task;
+        if task.is_null() || t.pid == 0 || t.tgid == 0 {
+            return Ids::current();
+        }
+        let at = |off: u32| task.wrapping_add(off as usize) as *const u32;
+        // SAFETY: `task` is the BTF-typed current task; the offsets of its
+        // `pid` and `tgid` are load-time constants from this kernel's BTF
+        // (frozen read-only data), so the verifier checks both loads
+        // against the members' types.
+        let (tid, tgid) = unsafe { (core::ptr::read_volatile(at(t.pid)), core::ptr::read_volatile(at(t.tgid))) };
+        // SAFETY: helper without preconditions.
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        Ids { tid, tgid, cpu }
+    }
 }
 
 /// The current task's `comm` (zeros if the helper fails).
@@ -102,17 +149,25 @@ pub fn wanted(cfg: &Config, tgid: u32) -> bool {
     unsafe { TGID_FILTER.get(tgid).is_some() }
 }
 
+/// The current task as a BTF-typed pointer (never null in task context).
+/// A helper call: a program that needs it twice asks once.
+#[inline(always)]
+pub fn current_task() -> *const u8 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_get_current_task_btf() as *const u8 }
+}
+
 /// The current task's cgroup (v2 id) when the configuration records or
 /// filters by cgroup, else 0; `None` when the `--cgroup` filter rejects it.
-/// `LOADS`: may read it with plain loads (see [`current_cgroup_id`]); else
-/// the helper.
+/// `LOADS`: may read it with plain loads from `task` (the current task, or
+/// null to ask for it; see [`current_cgroup_id`]); else the helper.
 #[inline(always)]
-pub fn cgroup<const LOADS: bool>(cfg: &Config) -> Option<u64> {
+pub fn cgroup<const LOADS: bool>(cfg: &Config, task: *const u8) -> Option<u64> {
     if cfg.cgroups | cfg.filter_cgroup == 0 {
         return Some(0);
     }
     let id = if LOADS {
-        current_cgroup_id(cfg)
+        current_cgroup_id(cfg, task)
     } else {
         // SAFETY: helper without preconditions.
         unsafe { bpf_get_current_cgroup_id() }
@@ -128,9 +183,10 @@ pub fn cgroup<const LOADS: bool>(cfg: &Config) -> Option<u64> {
 /// with plain BTF-typed loads where the kernel allows them (6.2+, the same
 /// gate as `bpf_rdonly_cast`), which costs less on the begin path than the
 /// helper's call and RCU bookkeeping (the program already runs in an RCU
-/// read-side section); else `bpf_get_current_cgroup_id`.
+/// read-side section); else `bpf_get_current_cgroup_id`. `task`: the
+/// current task ([`current_task`]), or null.
 #[inline(always)]
-fn current_cgroup_id(cfg: &Config) -> u64 {
+fn current_cgroup_id(cfg: &Config, task: *const u8) -> u64 {
     let l = &cfg.layout;
     if cfg.kfuncs & KFUNC_RDONLY_CAST != 0
         && known(l.task_cgroups)
@@ -138,8 +194,7 @@ fn current_cgroup_id(cfg: &Config) -> u64 {
         && known(l.cgroup_kn)
         && known(l.kernfs_node_id)
     {
-        // SAFETY: helper without preconditions; never null in task context.
-        let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+        let task = if task.is_null() { current_task() } else { task };
         // SAFETY: each pointer is BTF-typed (the current task, then members
         // the verifier types from this kernel's BTF: offsets are load-time
         // constants of frozen read-only data), loaded by the verifier's

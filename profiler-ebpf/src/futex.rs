@@ -161,7 +161,7 @@ fn recorded(cfg: &Config, uaddr: u64, flags: u32, ids: Ids) -> Option<u64> {
     if ids.tgid == cfg.self_tgid || !wanted(cfg, ids.tgid) {
         return None;
     }
-    cgroup::<true>(cfg)
+    cgroup::<true>(cfg, core::ptr::null())
 }
 
 /// A futex wait begins: it continues the thread's open contention on the

@@ -3,6 +3,8 @@
 //! - [`maps`]: every map and the `CONFIG` global;
 //! - [`context`]: counters, the re-entrancy guard, the current task;
 //! - [`stack`]: the per-CPU stack-walk budget and stack selection;
+//! - [`stack_proof`]: stacks reused without a walk, proven by the kernel
+//!   stack itself;
 //! - [`ringbuf`]: the one routine that sends a record to userspace;
 //! - [`waits`]: begin/end of a wait, shared by every wait backend;
 //! - [`backends`]: the wait backends' entry points (tp_btf, tracepoint,
@@ -36,6 +38,7 @@ mod owners;
 mod ringbuf;
 mod slabs;
 mod stack;
+mod stack_proof;
 mod unwind;
 mod waits;
 mod yields;

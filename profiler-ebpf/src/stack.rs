@@ -37,10 +37,23 @@ pub trait WalkContext: StackIdContext {
     fn entry_return(&self) -> u64 {
         0
     }
+
+    /// Whether the program may reuse stacks proven by the kernel stack
+    /// ([`crate::stack_proof`]): its context lies on the waiting thread's
+    /// kernel stack, in the frames the kernel pushed to run it (a raw
+    /// tracepoint's argument array), and its default build loads only where
+    /// `bpf_rdonly_cast` exists (6.2+), so that its `bpf_loop` callback (a
+    /// function reference, which 5.10's verifier refuses anywhere in a
+    /// program) is never sent to an older kernel. The kprobe and fentry wait
+    /// programs also load on 5.10; a classic tracepoint's record lies in a
+    /// per-CPU buffer.
+    const PROVEN_STACKS: bool = false;
 }
 
 impl WalkContext for TracePointContext {}
-impl WalkContext for BtfTracePointContext {}
+impl WalkContext for BtfTracePointContext {
+    const PROVEN_STACKS: bool = true;
+}
 impl WalkContext for FEntryContext {}
 impl WalkContext for FExitContext {}
 impl WalkContext for RetProbeContext {}
@@ -344,7 +357,8 @@ pub fn user_stack_for<C: StackIdContext>(
                     tid,
                     flags,
                     cut: 0,
-                    _pad: 0,
+                    proof_off: 0,
+                    proof_ret: 0,
                 }
             };
         }
@@ -365,7 +379,12 @@ pub fn user_stack_for<C: StackIdContext>(
 
 /// The stacks for a new wait (or call) of thread `tid`, kernel and user
 /// (`with_user`: the configuration asks for user stacks and the program
-/// records them), and whether the kernel stack was cut at the caller:
+/// records them), and whether the kernel stack was cut at the caller.
+///
+/// `PROVEN` (the default begin build, 6.2+; tp_btf only, see
+/// [`WalkContext::PROVEN_STACKS`]): where the program can read its
+/// kernel stack and no user stack is asked for, a stack proven by the
+/// kernel stack is reused without a walk ([`crate::stack_proof`]). Else:
 /// walked whole when the budget allows (one budget unit for both,
 /// remembered in this CPU's stack cache), else the thread's last stacks on
 /// this CPU for the same lock and flags, else the kernel stack walked to its
@@ -376,7 +395,8 @@ pub fn user_stack_for<C: StackIdContext>(
 /// thread's first spins and its sleeping waits on one mutex no longer evict
 /// each other's stacks, which left 1-19% of a storm's waits without one.
 #[inline(always)]
-pub fn stack_for<C: WalkContext>(
+#[allow(clippy::too_many_arguments)]
+pub fn stack_for<C: WalkContext, const PROVEN: bool>(
     ctx: &C,
     cfg: &Config,
     now: u64,
@@ -387,6 +407,13 @@ pub fn stack_for<C: WalkContext>(
 ) -> (StackId, StackId, bool) {
     let (tid, tgid) = ids;
     let user = with_user && cfg.user_stacks != 0;
+    if PROVEN && C::PROVEN_STACKS && !user {
+        let here = crate::stack_proof::anchor(ctx, cfg);
+        if here != 0 {
+            let (id, cut) = crate::stack_proof::proven_stack(ctx, cfg, now, (lock_addr, flags, tid), here);
+            return (id, USER_STACK_OFF, cut);
+        }
+    }
     let cached = STACK_CACHE.get_ptr_mut(stack_cache_index(tid, flags));
     let whole = budget_allows(cfg.stacks_per_window, now);
     if !whole {
@@ -418,7 +445,8 @@ pub fn stack_for<C: WalkContext>(
                 tid,
                 flags,
                 cut: u32::from(!whole),
-                _pad: 0,
+                proof_off: 0,
+                proof_ret: 0,
             }
         };
     }

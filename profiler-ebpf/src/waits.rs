@@ -1,11 +1,7 @@
 //! A wait's begin and end, shared by every wait backend, and what happens
 //! once the lock is acquired (account the wait, start timing the hold).
 
-use aya_ebpf::{
-    EbpfContext,
-    bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_task_btf, bpf_ktime_get_ns},
-};
+use aya_ebpf::{EbpfContext, bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns};
 use aya_log_ebpf::warn;
 use profiler_common::{
     AGG_BLAME, AggKey, Config, ContentionEvent, EVENT_AGG_OVERFLOW, EVENT_CONTENTION, EVENT_OUTLIER, HoldKey,
@@ -15,10 +11,12 @@ use profiler_common::{
 
 use crate::{
     aggregate::{aggregate, aggregate_as},
-    context::{Ids, cgroup, config, config_copy, count, current_comm, wanted},
+    context::{Ids, cgroup, config, config_copy, count, current_comm, current_task, wanted},
     identity::identify,
     maps::{HOLD_ON, HOLDS, NEW_WAIT, PENDING, SPIN_DEPTH, SPIN_PENDING},
-    owners::{mutex_word, note_asleep, note_holder, note_waiting, owner_comm, owner_of, spin_owner, take_asleep},
+    owners::{
+        mutex_word, note_asleep, note_holder, note_waiting, owner_comm, owner_of, set_owner, spin_owner, take_asleep,
+    },
     ringbuf,
     stack::{self, WalkContext, stack_for},
 };
@@ -96,15 +94,15 @@ fn new_wait() -> Option<&'static mut PendingWait> {
 /// optimistic spin runs in the caller's running state; a woken sleeper's
 /// re-spin runs after the slowpath set the state for its next sleep. When
 /// the kernel's layout is unknown, every spin counts as a re-spin (the
-/// per-task path, correct for both).
+/// per-task path, correct for both). `task`: the current task, or null
+/// (then asked for).
 #[inline(always)]
-fn task_running(cfg: &Config) -> bool {
+fn task_running(cfg: &Config, task: *const u8) -> bool {
     let off = cfg.layout.task_state;
     if off == UNKNOWN_OFFSET {
         return false;
     }
-    // SAFETY: helper without preconditions; never null in task context.
-    let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+    let task = if task.is_null() { current_task() } else { task };
     if task.is_null() {
         return false;
     }
@@ -154,11 +152,14 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     // on the flags here would split the verifier's states for the whole
     // program.
     let word = if MODERN { mutex_word(cfg, lock_addr) } else { 0 };
-    let ids = Ids::current();
+    // The current task, asked once (a helper call) where plain loads of
+    // its ids, its cgroup id and its state use it.
+    let task = if MODERN { current_task() } else { core::ptr::null() };
+    let ids = Ids::of(cfg, task);
     if !wanted(cfg, ids.tgid) {
         return Ok(0);
     }
-    let Some(cgroup_id) = cgroup::<MODERN>(cfg) else {
+    let Some(cgroup_id) = cgroup::<MODERN>(cfg, task) else {
         return Ok(0);
     };
     identify(cfg, lock_addr, flags, slab);
@@ -180,7 +181,7 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
             return Ok(0);
         };
         slot
-    } else if flags == lcb::MUTEX | lcb::SPIN && task_running(cfg) {
+    } else if flags == lcb::MUTEX | lcb::SPIN && task_running(cfg, task) {
         // A mutex's first optimistic spin: mutexes are not taken in
         // interrupts, so a busy slot is a wait whose end was never seen.
         let slot = spin_slot(MUTEX_SPIN_SLOT).ok_or(0u32)?;
@@ -197,7 +198,7 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
             (Some(slot), entry) => {
                 count(counter::REPEATED_BEGIN);
                 slot.flags |= flags;
-                slot.owner = owner_of::<MODERN>(cfg, lock_addr, flags);
+                set_owner(&mut slot.owner, &owner_of::<MODERN>(cfg, lock_addr, flags));
                 if MODERN && slab {
                     note_asleep(ctx, cfg, &slot.owner, now, key, (lock_addr, slot.begin_ns));
                 }
@@ -238,10 +239,16 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     target.cgroup_id = cgroup_id;
     let cut;
     (target.stack_id, target.user_stack_id, cut) =
-        stack_for(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
+        stack_for::<C, MODERN>(ctx, cfg, now, lock_addr, flags, (ids.tid, ids.tgid), true);
     target.stack_cut = u32::from(cut);
-    target.owner =
-        if first_spin { spin_owner::<MODERN>(cfg, lock_addr, word) } else { owner_of::<MODERN>(cfg, lock_addr, flags) };
+    set_owner(
+        &mut target.owner,
+        &if first_spin {
+            spin_owner::<MODERN>(cfg, lock_addr, word)
+        } else {
+            owner_of::<MODERN>(cfg, lock_addr, flags)
+        },
+    );
     if MODERN {
         // Where a later waiter finds this thread's acquire stack. (The 6.1-era
         // build has no room left for it: `complete` notes it on kernels

@@ -23,13 +23,14 @@ use crate::{
 fn yield_entry<C: WalkContext>(ctx: &C, task: u64, preempt: u32) -> Result<u32, u32> {
     let ids = Ids::current();
     let cfg = config();
-    if !wanted(cfg, ids.tgid) || cgroup::<true>(cfg).is_none() {
+    if !wanted(cfg, ids.tgid) || cgroup::<true>(cfg, core::ptr::null()).is_none() {
         return Ok(0);
     }
     // Under a pause-loop-exit storm yield_to is itself hot: stack walks share
     // the per-CPU budget of the waits (beyond it the call is kept, stackless).
     // SAFETY: helper without preconditions.
-    let (stack_id, _, _) = stack_for(ctx, cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, (ids.tid, ids.tgid), false);
+    let (stack_id, _, _) =
+        stack_for::<_, false>(ctx, cfg, unsafe { bpf_ktime_get_ns() }, 0, 0, (ids.tid, ids.tgid), false);
     let off = cfg.task;
     let mut start = YieldStart { stack_id, preempt, ..YieldStart::default() };
     if task != 0 && off.pid != 0 {

@@ -5,15 +5,15 @@
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
     AGG_LOG_ENTRIES, Config, DEFAULT_AGG_ENTRIES, DEFAULT_PENDING_ENTRIES, DEFAULT_RINGBUF_BYTES,
-    DEFAULT_STACK_ENTRIES, Layout, MODE_AGGREGATE, OWNER_STACKS, TaskOffsets, TpOffsets, UNWIND_PLAN_ENTRIES,
-    USER_STACKS_UNWIND, UserRegsLayout,
+    DEFAULT_STACK_ENTRIES, KFUNC_RDONLY_CAST, Layout, MODE_AGGREGATE, OWNER_STACKS, STACK_WORDS, TaskOffsets,
+    TpOffsets, UNWIND_PLAN_ENTRIES, USER_STACKS_UNWIND, UserRegsLayout,
     futex::FUTEX_WAIT_ENTRIES,
     names::{self, map},
 };
 
 use super::{
     BackendChoice, TraceFs,
-    btf::{Types, layout, user_regs_layout},
+    btf::{Types, layout, task_starts_with_word, user_regs_layout},
     kfuncs,
     probes::ProbeKind,
 };
@@ -94,7 +94,10 @@ pub(super) fn load_object(
     task: Option<TaskOffsets>,
     types: Option<&Types<'_>>,
 ) -> Result<(Ebpf, Config), aya::EbpfError> {
-    let (object, kfuncs) = kfuncs::bind(object_bytes(), types);
+    let (object, mut kfuncs) = kfuncs::bind(object_bytes(), types);
+    if kfuncs & KFUNC_RDONLY_CAST != 0 && types.is_some_and(task_starts_with_word) {
+        kfuncs |= STACK_WORDS;
+    }
     let config = Config {
         wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
         tp: tracepoint_offsets(),

@@ -166,7 +166,11 @@ pub struct Bookkeeping {
     pub nested: u64,
     /// A second begin on the same lock (mutex spin, then sleep): merged.
     pub repeated_begin: u64,
-    /// Stack budget spent: the thread's last stack for that lock and flags was used.
+    /// A whole stack walked before for that lock and flags, proven by the
+    /// waiter's own kernel stack, reused without a walk or budget.
+    pub stack_proven: u64,
+    /// Stack budget spent: the thread's last stack for that lock and flags
+    /// (or a cut stack proven by the waiter's kernel stack) was used.
     pub stack_reused: u64,
     /// Stack budget spent and nothing to reuse: the wait has no stack (a
     /// futex wait's user stack; a kernel stack is then cut, not skipped).
@@ -269,11 +273,12 @@ pub struct Bookkeeping {
 
 impl Bookkeeping {
     /// Every bookkeeping counter, in display order.
-    pub const LIST: [Field<Bookkeeping>; 46] = [
+    pub const LIST: [Field<Bookkeeping>; 47] = [
         field!(kernel(counter::END_WITHOUT_BEGIN), end_without_begin),
         field!(kernel(counter::NESTED), nested_skipped),
         field!(kernel(counter::NESTED_WAITS), nested),
         field!(kernel(counter::REPEATED_BEGIN), repeated_begin),
+        field!(kernel(counter::STACK_PROVEN), stack_proven),
         field!(kernel(counter::STACK_REUSED), stack_reused),
         field!(kernel(counter::STACK_SKIPPED), stack_skipped),
         field!(kernel(counter::STACKS_LATE), stacks_late),

@@ -230,6 +230,7 @@ mod tests {
                 "map_ops_refused",
                 "nested",
                 "owner_stack_skipped",
+                "stack_proven",
                 "stacks_cut",
                 "stacks_evicted",
                 "stacks_late",

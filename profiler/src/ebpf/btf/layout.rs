@@ -22,6 +22,15 @@ fn first(t: &Types<'_>, st: &str, candidates: &[&str]) -> u32 {
     candidates.iter().find_map(|m| t.path_offset(st, m).ok()).unwrap_or(UNKNOWN_OFFSET)
 }
 
+/// Whether a `task_struct` begins with an 8-byte integer
+/// (`thread_info.flags`, x86_64 and arm64): then the programs may read any
+/// kernel stack word through `bpf_rdonly_cast` to `task_struct`
+/// ([`profiler_common::STACK_WORDS`]).
+pub fn task_starts_with_word(t: &Types<'_>) -> bool {
+    t.path_offset("task_struct", "thread_info.flags").ok() == Some(0)
+        && t.member_size("thread_info", "flags").ok() == Some(8)
+}
+
 /// Offsets of the members the programs read ([`UNKNOWN_OFFSET`] for those
 /// this kernel lacks).
 pub fn layout(t: &Types<'_>) -> Layout {

@@ -8,5 +8,5 @@ mod layout;
 mod types;
 
 pub use fields::{field_path, slab_struct};
-pub use layout::{kernel_blob, layout, task_offsets, user_regs_layout};
+pub use layout::{kernel_blob, layout, task_offsets, task_starts_with_word, user_regs_layout};
 pub use types::{BtfError, Types};

@@ -216,6 +216,12 @@ impl<'a> Types<'a> {
         self.member(name, member).map(|(off, _)| off)
     }
 
+    /// Size in bytes of `member` of `struct name`.
+    pub fn member_size(&self, name: &str, member: &str) -> Result<u32, BtfError> {
+        let (_, ty) = self.member(name, member)?;
+        self.size_of(ty).ok_or_else(|| BtfError::NoMember(name.to_string(), member.to_string()))
+    }
+
     /// Byte offset and type of `member` in `struct name`.
     fn member(&self, name: &str, member: &str) -> Result<(u32, u32), BtfError> {
         let (_, members) = self.composite(name)?;
