@@ -153,8 +153,11 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     // program.
     let word = if MODERN { mutex_word(cfg, lock_addr) } else { 0 };
     // The current task, asked once (a helper call) where plain loads of
-    // its ids, its cgroup id and its state use it.
-    let task = if MODERN { current_task() } else { core::ptr::null() };
+    // its ids, its cgroup id and its state use it. Only where the kernel
+    // has `bpf_rdonly_cast` (6.2+): the gate is frozen configuration, so the
+    // verifier drops the call on kernels without `bpf_get_current_task_btf`
+    // (5.10, whose kprobe and fentry programs are built `MODERN` too).
+    let task = if MODERN && cfg.modern_begin() { current_task() } else { core::ptr::null() };
     let ids = Ids::of(cfg, task);
     if !wanted(cfg, ids.tgid) {
         return Ok(0);
