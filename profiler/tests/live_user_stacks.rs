@@ -264,8 +264,21 @@ fn user_stacks_name_the_writer_above_anon_pipe_write() {
         assert!(user[0].contains("(lockprof_test.c:"), "the writer's frame names its source line: {s:?}");
     }
     assert!(writer_waits > 0, "no waits through anon_pipe_write");
+    // Until the unwinder has learnt the writer's plan from a first copy,
+    // each wait sends a copy of its own, and once the ring buffer is half
+    // full those are refused (`user_stack_failed`): how long that lasts is
+    // the scheduler's (0.1-0.3 s of the 2 s here; 10% on a busy CI
+    // machine). So: every writer wait without user frames is a counted
+    // refusal, and most carry them.
+    let failed = with["drops"]["user_stack_failed"].as_u64().expect("user_stack_failed");
     assert!(
-        joined * 10 >= writer_waits * 9,
+        joined + failed >= writer_waits,
+        "{} waits through anon_pipe_write have no user frames, {failed} counted: {:?}",
+        writer_waits - joined,
+        with["drops"]
+    );
+    assert!(
+        joined * 4 >= writer_waits * 3,
         "only {joined} of {writer_waits} waits through anon_pipe_write carry user frames: {:?}",
         with["drops"]
     );
