@@ -93,7 +93,9 @@ pub struct Config {
     /// Other kernel structure offsets.
     pub layout: Layout,
     /// Kernel functions the programs may call ([`KFUNC_GET_KMEM_CACHE`]):
-    /// set only when userspace bound the call to this kernel's BTF id.
+    /// set only when userspace bound the call to this kernel's BTF id; and
+    /// [`STACK_WORDS`], not a function: the programs may read their kernel
+    /// stack through `bpf_rdonly_cast` (proven stacks).
     pub kfuncs: u32,
     /// Non-zero: read the owner of mutexes and rwsems when a wait begins
     /// (blame); with [`OWNER_STACKS`] set, also the stack of an owner found

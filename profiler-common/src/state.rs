@@ -85,7 +85,8 @@ pub const ACQUIRED_SLOTS: u32 = 4096;
 /// charge it with; the earlier one stays for a thread that waits on a
 /// second lock while it holds the first). 64 bytes, so that the slots of
 /// a storm's threads (consecutive ids) do not share the line their writes
-/// pull away, as far as the array's own alignment allows.
+/// pull away (the map is created mmapable, so its values start page-aligned
+/// and each slot is one cache line).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Acquired {

@@ -53,8 +53,11 @@ pub static SPIN_PENDING: PerCpuArray<PendingWait> = PerCpuArray::with_max_entrie
 #[map]
 pub static NEW_WAIT: PerCpuArray<PendingWait> = PerCpuArray::with_max_entries(1, 0);
 
-/// The last stack captured per (thread, flags) slot (`stack_cache_index`) on
-/// this CPU, reused when the stack budget is spent.
+/// This CPU's cached kernel stacks. In the tp_btf default build: sets of
+/// [`profiler_common::STACK_CACHE_WAYS`] entries by (lock, flags)
+/// (`stack_cache_set`), each with its proof (`stack_proof`). Elsewhere: the
+/// last stack captured per (thread, flags) slot (`stack_cache_index`),
+/// reused when the stack budget is spent.
 #[map]
 pub static STACK_CACHE: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(STACK_CACHE_SLOTS, 0);
 

@@ -314,6 +314,7 @@ pub fn set_owner(dst: &mut Owner, o: &Owner) {
     dst.kind = o.kind;
     dst.tid = o.tid;
     dst.tgid = o.tgid;
+    dst._pad = 0;
     dst.stack_id = o.stack_id;
     dst.task = o.task;
 }

@@ -20,8 +20,8 @@
 //! the budget is spent.
 
 use profiler_common::{
-    CALLER_DEPTH, CachedStack, Config, STACK_CACHE_SLOTS, STACK_CACHE_WAYS, STACK_WORDS, StackId, USER_STACK_OFF,
-    counter, is_stack, stack_cache_set,
+    CALLER_DEPTH, CachedStack, Config, STACK_CACHE_SLOTS, STACK_CACHE_WAYS, STACK_CUT, STACK_WORDS, StackId,
+    USER_STACK_OFF, counter, is_stack, stack_cache_set,
 };
 
 use aya_ebpf::{cty::c_void, helpers::bpf_loop};
@@ -105,7 +105,11 @@ fn learn(here: u64) -> (u32, u64) {
     // do not nest); only read.
     let buf = unsafe { &*buf };
     let nr = u64::from(buf.nr as u32);
-    let frame = nr.saturating_sub(1 + MOVING_TOP_FRAMES).min(PROOF_FRAME);
+    // A walk cut at the caller did not reach the system call's entry, so
+    // none of its frames is above the random gap: its proof is its last
+    // frame (the one that would otherwise go unproven in every reuse).
+    let moving = if buf.nr & STACK_CUT != 0 { 0 } else { MOVING_TOP_FRAMES };
+    let frame = nr.saturating_sub(1 + moving).min(PROOF_FRAME);
     if frame < PROOF_MIN_FRAME {
         return (0, 0);
     }
@@ -185,7 +189,10 @@ pub fn proven_stack<C: WalkContext>(
                     count(counter::STACK_PROVEN);
                     return (c.stack_id, false);
                 }
-                if proven || (reuse.is_none() && c.tid == tid) {
+                // The thread's own entry only while it has no proof: one
+                // whose proof just failed came another way, and a walk to the
+                // caller names the right one.
+                if proven || (reuse.is_none() && c.tid == tid && c.proof_off == 0) {
                     reuse = Some((c.stack_id, c.cut != 0));
                     slot = set + way;
                 }

@@ -139,7 +139,7 @@ pub struct SessionArgs {
     /// Kernel stack walks allowed per second per CPU (0: every contention).
     /// A walk costs ~1.5-2 us; beyond the budget a thread's previous stack for
     /// the same lock and flags is reused (counted as stack_reused), else the
-    /// wait is kept without a stack (stack_skipped).
+    /// stack is walked to the caller (stacks_cut).
     #[arg(long, value_name = "N", default_value_t = defaults::STACK_RATE)]
     pub stack_rate: u32,
     /// Ring buffer size in MiB (power of two).
