@@ -176,12 +176,14 @@ pub const SPIN_SLOTS: u32 = 3;
 /// An entry of the per-CPU stack cache (`STACK_CACHE`): a kernel stack
 /// walked for a wait, reused for a later wait on the same lock with the
 /// same flags. Where the programs can read the kernel stack (6.2+, a
-/// context on the stack), an entry carries a proof: a return address the
-/// walk found, and where it lay above the program's context. A later wait
-/// that finds the same word at the same place came through the same frames,
-/// whichever thread it is, and reuses the stack without a walk. Otherwise
-/// (and when the budget is spent) the same thread's last stack for that
-/// lock and flags is reused.
+/// context on the stack), an entry carries a proof: the places above the
+/// program's context where the walk found its return addresses, one per
+/// frame from the first above the context up to the proof frame (past the
+/// caller), and a hash of those words. A later wait that finds the same
+/// words at the same places came through the same frames, whichever thread
+/// it is, and reuses the stack without a walk. Otherwise (and when the
+/// budget is spent) the same thread's last stack for that lock and flags is
+/// reused.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct CachedStack {
@@ -191,18 +193,25 @@ pub struct CachedStack {
     pub stack_id: StackId,
     /// The user stack id captured with it.
     pub user_stack_id: StackId,
-    /// The proof's return address (see `proof_off`).
-    pub proof_ret: u64,
+    /// The words at `proof_words`, folded in order with
+    /// [`crate::stack_hash_step`] from [`crate::STACK_HASH_SEED`]; 0: no proof.
+    pub proof_hash: u64,
     /// Thread it was captured for.
     pub tid: u32,
     /// Flags of that wait.
     pub flags: u32,
     /// 1 when `stack_id` is a walk cut at its caller ([`crate::STACK_CUT`]).
     pub cut: u32,
-    /// Bytes above the program's context where the walk's proof frame
-    /// kept its return address (`proof_ret`); 0: no proof.
-    pub proof_off: u32,
+    pub _pad: u32,
+    /// Where the proof's words lie above the program's context, in 8-byte
+    /// words, innermost frame first; 0 past the last.
+    pub proof_words: [u8; PROOF_WORDS],
 }
+
+/// Return addresses a proof of [`CachedStack`] checks at most: the walk's
+/// frames up to its 16th (past the tracing frames, the lock's functions,
+/// the caller and a few of its callers).
+pub const PROOF_WORDS: usize = 16;
 
 /// Entries of the per-CPU stack cache (a power of two).
 pub const STACK_CACHE_SLOTS: u32 = 64;
@@ -250,6 +259,19 @@ pub struct StackBudget {
     /// back so that the verifier sees a number, not a pointer (privileged
     /// programs may store pointers in maps, not compute with their context).
     pub ctx_scratch: u64,
+    /// Scratch of the search for a stack's proof (`stack_proof` in the eBPF
+    /// crate), kept in map memory, which the verifier does not track, so
+    /// that the search's `bpf_loop` steps converge: the next frame to find
+    /// (`u32::MAX` before the first), the first frame found, frames found,
+    /// and where each lay above the context, in words.
+    pub proof_next: u32,
+    /// See `proof_next`.
+    pub proof_first: u32,
+    /// See `proof_next`.
+    pub proof_found: u32,
+    pub _pad: u32,
+    /// See `proof_next`.
+    pub proof_words: [u8; PROOF_WORDS],
 }
 
 /// Key of the per-task pending-wait map: the thread id, or for the idle
@@ -334,7 +356,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<Acquired>(), 64);
         assert_eq!(core::mem::size_of::<Holder>(), 16);
         assert!(ACQUIRED_SLOTS.is_power_of_two() && acquired_index(u32::MAX) < ACQUIRED_SLOTS);
-        assert_eq!(core::mem::size_of::<CachedStack>(), 48);
+        assert_eq!(core::mem::size_of::<CachedStack>(), 64);
         let mut used = [false; (STACK_CACHE_SLOTS / STACK_CACHE_WAYS) as usize];
         for i in 0..256u64 {
             let s = stack_cache_set(0xffff_8881_0000_0000 + i * 0x40, 0x21);

@@ -6,7 +6,7 @@
 //! through `bpf_rdonly_cast` (plain fault-safe loads) where the kernel has
 //! it, else `bpf_probe_read_kernel`.
 
-use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::tracing::StackIdContext};
+use aya_ebpf::helpers::bpf_probe_read_kernel;
 use profiler_common::{
     Config, Holder, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, KFUNCS_OWNER_STACKS, LockType, OWNER_STACKS, Owner,
     OwnerAsleep, STACK_SKIPPED, StackId, acquired_index, counter, is_stack, known, lcb, owner,
@@ -239,7 +239,7 @@ pub fn spin_owner<const REREAD: bool>(cfg: &Config, lock: u64, word: u64) -> Own
 /// the stack budget; [`STACK_SKIPPED`] for a running owner, without the
 /// option, or with the budget spent (counted).
 #[inline(always)]
-fn asleep_stack<C: StackIdContext>(ctx: &C, cfg: &Config, o: &Owner, now: u64) -> StackId {
+fn asleep_stack(cfg: &Config, o: &Owner, now: u64) -> StackId {
     let btf = cfg.layout.btf_task;
     if cfg.owners & OWNER_STACKS == 0
         || cfg.kfuncs & KFUNCS_OWNER_STACKS != KFUNCS_OWNER_STACKS
@@ -268,7 +268,7 @@ fn asleep_stack<C: StackIdContext>(ctx: &C, cfg: &Config, o: &Owner, now: u64) -
         count(counter::OWNER_STACK_SKIPPED);
         return STACK_SKIPPED;
     }
-    let id = capture_task(ctx, o.tid);
+    let id = capture_task(o.tid);
     // SAFETY: as above; the shared borrow ended before `budget_allows`.
     let b = unsafe { &mut *slot };
     (b.asleep_task, b.asleep_switches, b.asleep_stack_id) = (o.task, switches, id);
@@ -280,8 +280,8 @@ fn asleep_stack<C: StackIdContext>(ctx: &C, cfg: &Config, o: &Owner, now: u64) -
 /// `key` until it ends
 /// ([`take_asleep`]); a full map is counted as a skipped owner stack.
 #[inline(always)]
-pub fn note_asleep<C: StackIdContext>(ctx: &C, cfg: &Config, o: &Owner, now: u64, key: u64, wait: (u64, u64)) {
-    let id = asleep_stack(ctx, cfg, o, now);
+pub fn note_asleep(cfg: &Config, o: &Owner, now: u64, key: u64, wait: (u64, u64)) {
+    let id = asleep_stack(cfg, o, now);
     let (lock_addr, begin_ns) = wait;
     if is_stack(id) && OWNER_ASLEEP.insert(key, OwnerAsleep { lock_addr, begin_ns, stack_id: id }, 0).is_err() {
         count(counter::OWNER_STACK_SKIPPED);

@@ -10,7 +10,6 @@ use aya_ebpf::{
         tracing::StackIdContext,
     },
 };
-use aya_log_ebpf::warn;
 use profiler_common::{
     CALLER_DEPTH, CachedStack, Config, EVENT_USER_STACK, KFUNC_CALL_TASK_FROM_PID, KFUNC_CALL_TASK_RELEASE,
     MAX_STACK_DEPTH, STACK_CUT, STACK_HASH_SEED, STACK_SKIPPED, STACK_WINDOW_NS, StackId, StoredStack, StoredUserStack,
@@ -76,13 +75,14 @@ impl WalkContext for ProbeContext {
 /// `-EEXIST`: another CPU stored the same stack first.
 const EEXIST: i64 = 17;
 
-/// A failed capture: counted in `counter` (the first one logged), its errno
-/// as the id.
+/// A failed capture (`what`, for the reader): counted in `counter`, its
+/// errno as the id, which the report names in the stack's place. Not
+/// logged: aya-log's formatting at each of these sites, verified on every
+/// path into a walk, was 70% of the tp_btf begin program's verification
+/// (924k of its million instructions with it, 265k without).
 #[inline(always)]
-fn failed<C: StackIdContext>(ctx: &C, counter: u32, what: &str, errno: i64) -> StackId {
-    if count(counter) {
-        warn!(ctx, "lockprof: {} failed: {}", what, -errno);
-    }
+fn failed(counter: u32, _what: &str, errno: i64) -> StackId {
+    count(counter);
     stack_error(errno.unsigned_abs() as u32)
 }
 
@@ -99,6 +99,51 @@ fn hash_frames(seed: u64, ips: &[u64; MAX_STACK_DEPTH], nr: u64, tag: u64) -> St
         i += 1;
     }
     stack_hash_finish(h, tag)
+}
+
+/// [`hash_frames`] of a kernel walk (`buf.nr` its tag), one frame per step
+/// of a `bpf_loop`: the verifier checks a step a few times rather than each
+/// of 127 frames on every path into a walk, which took the tp_btf begin
+/// program to 92% of its million instructions.
+#[inline(always)]
+fn hash_looped(buf: &StoredStack, nr: u64) -> StackId {
+    let mut state = HashLoop { walk: buf, h: STACK_HASH_SEED };
+    // SAFETY: `hash_step` has the callback signature bpf_loop calls, and
+    // `state` lives on this frame for the whole call.
+    unsafe {
+        aya_ebpf::helpers::bpf_loop(
+            nr as u32,
+            hash_step as *const () as *mut aya_ebpf::cty::c_void,
+            core::ptr::addr_of_mut!(state).cast(),
+            0,
+        )
+    };
+    stack_hash_finish(state.h, buf.nr)
+}
+
+/// [`hash_looped`]'s state, handed to each step by `bpf_loop`.
+#[repr(C)]
+struct HashLoop {
+    /// The walk.
+    walk: *const StoredStack,
+    /// The hash so far.
+    h: u64,
+}
+
+/// One step of [`hash_looped`]: folds frame `index`.
+#[inline(never)]
+unsafe extern "C" fn hash_step(index: u64, state: *mut aya_ebpf::cty::c_void) -> i64 {
+    // SAFETY: bpf_loop hands back `hash_looped`'s state, alive during the
+    // loop; its walk is this CPU's scratch slot.
+    let s = unsafe { &mut *state.cast::<HashLoop>() };
+    // SAFETY: as above.
+    match unsafe { (*s.walk).ips.get(index as usize) } {
+        Some(&ip) => {
+            s.h = stack_hash_step(s.h, ip);
+            0
+        }
+        None => 1,
+    }
 }
 
 /// The pointer-sized value at `base + off` (0 when unknown or unreadable).
@@ -155,7 +200,7 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
         return crate::unwind::capture_copy(address_space_owner(cfg, tgid));
     }
     let Some(buf) = USER_STACK_SCRATCH.get_ptr_mut(0) else {
-        return failed(ctx, counter::USER_STACK_FAILED, "user stack scratch lookup", -7);
+        return failed(counter::USER_STACK_FAILED, "user stack scratch lookup", -7);
     };
     // SAFETY: this CPU's scratch slot from a successful lookup, valid for the
     // map's lifetime; programs on one CPU do not nest (the BUSY guard).
@@ -165,7 +210,7 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
     // pointer is the program's own.
     let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().cast(), size, u64::from(BPF_F_USER_STACK)) };
     if n < 0 {
-        return failed(ctx, counter::USER_STACK_FAILED, "bpf_get_stack (user)", n);
+        return failed(counter::USER_STACK_FAILED, "bpf_get_stack (user)", n);
     }
     let nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
     if nr == 0 {
@@ -187,7 +232,7 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
             id
         }
         Err(e) if i64::from(e) == -EEXIST => id,
-        Err(e) => failed(ctx, counter::USER_STACK_FAILED, "storing a user stack", i64::from(e)),
+        Err(e) => failed(counter::USER_STACK_FAILED, "storing a user stack", i64::from(e)),
     }
 }
 
@@ -195,11 +240,13 @@ fn capture_user<C: StackIdContext>(ctx: &C, cfg: &Config, tgid: u32) -> StackId 
 /// A frame the walk misses ([`WalkContext::entry_return`]) is put back in
 /// second place, after the probed function. `cut`: walk only
 /// [`CALLER_DEPTH`] frames, to the caller; a stack that ends there is
-/// stored as [`STACK_CUT`] (one that ends sooner is whole).
+/// stored as [`STACK_CUT`] (one that ends sooner is whole). `looped`: hash
+/// the frames in a `bpf_loop` (see [`hash_looped`]; 5.17+, so only in the
+/// builds that load on 6.2+).
 #[inline(always)]
-pub(crate) fn capture<C: WalkContext>(ctx: &C, cut: bool) -> StackId {
+pub(crate) fn capture<C: WalkContext>(ctx: &C, cut: bool, looped: bool) -> StackId {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
-        return failed(ctx, counter::STACK_FAILED, "stack scratch lookup", -7);
+        return failed(counter::STACK_FAILED, "stack scratch lookup", -7);
     };
     // SAFETY: this CPU's scratch slot from a successful lookup, valid for the
     // map's lifetime; programs on one CPU do not nest (the BUSY guard).
@@ -212,7 +259,7 @@ pub(crate) fn capture<C: WalkContext>(ctx: &C, cut: bool) -> StackId {
     // the context pointer is the program's own.
     let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.ips.as_mut_ptr().add(skip).cast(), size, 0) };
     if n < 0 {
-        return failed(ctx, counter::STACK_FAILED, "bpf_get_stack", n);
+        return failed(counter::STACK_FAILED, "bpf_get_stack", n);
     }
     let mut nr = (n as u64 / 8).min(MAX_STACK_DEPTH as u64);
     let cut = cut && nr >= u64::from(CALLER_DEPTH);
@@ -222,15 +269,15 @@ pub(crate) fn capture<C: WalkContext>(ctx: &C, cut: bool) -> StackId {
         buf.ips[1] = ret;
         nr = (nr + 1).min(MAX_STACK_DEPTH as u64);
     }
-    store(ctx, buf, nr, cut)
+    store(buf, nr, cut, looped)
 }
 
 /// Stores the `nr` frames walked into `buf` (this CPU's scratch slot) under
 /// their hash; their id, or why there is none.
 #[inline(always)]
-fn store<C: StackIdContext>(ctx: &C, buf: &mut StoredStack, nr: u64, cut: bool) -> StackId {
+fn store(buf: &mut StoredStack, nr: u64, cut: bool, looped: bool) -> StackId {
     buf.nr = if cut { nr | STACK_CUT } else { nr };
-    let id = hash_frames(STACK_HASH_SEED, &buf.ips, nr, buf.nr);
+    let id = if looped { hash_looped(buf, nr) } else { hash_frames(STACK_HASH_SEED, &buf.ips, nr, buf.nr) };
     if STACKS.get_ptr(id).is_some() {
         return id;
     }
@@ -242,7 +289,7 @@ fn store<C: StackIdContext>(ctx: &C, buf: &mut StoredStack, nr: u64, cut: bool) 
             id
         }
         Err(e) if i64::from(e) == -EEXIST => id,
-        Err(e) => failed(ctx, counter::STACK_FAILED, "storing a stack", i64::from(e)),
+        Err(e) => failed(counter::STACK_FAILED, "storing a stack", i64::from(e)),
     }
 }
 
@@ -253,9 +300,9 @@ fn store<C: StackIdContext>(ctx: &C, buf: &mut StoredStack, nr: u64, cut: bool) 
 /// `Config::kfuncs` ([`profiler_common::KFUNCS_OWNER_STACKS`]). Stored like
 /// [`capture`]'s.
 #[inline(always)]
-pub(crate) fn capture_task<C: StackIdContext>(ctx: &C, tid: u32) -> StackId {
+pub(crate) fn capture_task(tid: u32) -> StackId {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
-        return failed(ctx, counter::STACK_FAILED, "stack scratch lookup", -7);
+        return failed(counter::STACK_FAILED, "stack scratch lookup", -7);
     };
     // SAFETY: as in `capture`.
     let buf: &mut StoredStack = unsafe { &mut *buf };
@@ -287,9 +334,9 @@ pub(crate) fn capture_task<C: StackIdContext>(ctx: &C, tid: u32) -> StackId {
     // SAFETY: releases the reference `from_pid` gave.
     unsafe { release(t) };
     if n < 0 {
-        return failed(ctx, counter::STACK_FAILED, "bpf_get_task_stack", n);
+        return failed(counter::STACK_FAILED, "bpf_get_task_stack", n);
     }
-    store(ctx, buf, (n as u64 / 8).min(MAX_STACK_DEPTH as u64), false)
+    store(buf, (n as u64 / 8).min(MAX_STACK_DEPTH as u64), false, false)
 }
 
 /// `ESRCH`: no such task.
@@ -318,6 +365,32 @@ pub(crate) fn budget_allows(limit: u32, now: u64) -> bool {
     }
     b.used += 1;
     true
+}
+
+/// Stores in cache entry `c` the stacks `ids` (kernel, user) of a wait
+/// (lock, flags, thread), whether the kernel stack is `cut`, and its proof's
+/// hash (0: none; the caller writes the proof's words). Field by field: no
+/// copy of the entry on the BPF stack.
+///
+/// # Safety
+/// `c` is a stack cache entry from a successful lookup.
+#[inline(always)]
+pub(crate) unsafe fn remember(
+    c: *mut CachedStack,
+    wait: (u64, u32, u32),
+    ids: (StackId, StackId),
+    cut: bool,
+    hash: u64,
+) {
+    // SAFETY: the caller's.
+    let c = unsafe { &mut *c };
+    c.lock_addr = wait.0;
+    c.flags = wait.1;
+    c.tid = wait.2;
+    c.stack_id = ids.0;
+    c.user_stack_id = ids.1;
+    c.cut = u32::from(cut);
+    c.proof_hash = hash;
 }
 
 /// Whether cache entry `c` is thread `tid`'s stack for `lock_addr` and
@@ -349,23 +422,12 @@ pub fn user_stack_for<C: StackIdContext>(
         if let Some(c) = cached {
             // SAFETY: this CPU's cache entry from a successful lookup, valid
             // for the map's lifetime (see `context` for concurrent updates).
-            unsafe {
-                *c = CachedStack {
-                    lock_addr: uaddr,
-                    stack_id: profiler_common::STACK_USER_LOCK,
-                    user_stack_id: user_id,
-                    tid,
-                    flags,
-                    cut: 0,
-                    proof_off: 0,
-                    proof_ret: 0,
-                }
-            };
+            unsafe { remember(c, (uaddr, flags, tid), (profiler_common::STACK_USER_LOCK, user_id), false, 0) };
         }
         return user_id;
     }
     // SAFETY: as above; only read.
-    match cached.map(|c| unsafe { *c }) {
+    match cached.map(|c| unsafe { &*c }) {
         Some(c) if c.tid == tid && c.lock_addr == uaddr && c.flags == flags && is_stack(c.user_stack_id) => {
             count(counter::STACK_REUSED);
             c.user_stack_id
@@ -419,8 +481,8 @@ pub fn stack_for<C: WalkContext, const PROVEN: bool>(
     if !whole {
         // SAFETY: this CPU's cache entry from a successful lookup, valid for
         // the map's lifetime (see `context` for concurrent updates); only read.
-        if let Some(c) = cached.map(|c| unsafe { *c })
-            && is_hit(&c, tid, lock_addr, flags)
+        if let Some(c) = cached.map(|c| unsafe { &*c })
+            && is_hit(c, tid, lock_addr, flags)
         {
             count(counter::STACK_REUSED);
             return (c.stack_id, if user { c.user_stack_id } else { USER_STACK_OFF }, c.cut != 0);
@@ -429,7 +491,7 @@ pub fn stack_for<C: WalkContext, const PROVEN: bool>(
     }
     // One walk for both outcomes (one call site: the 6.1-era begin build's
     // stack has no room for a second).
-    let id = capture(ctx, !whole);
+    let id = capture(ctx, !whole, PROVEN && C::PROVEN_STACKS);
     let user_id = match (user, whole) {
         (true, true) => capture_user(ctx, cfg, tgid),
         (true, false) => STACK_SKIPPED,
@@ -437,18 +499,7 @@ pub fn stack_for<C: WalkContext, const PROVEN: bool>(
     };
     if let Some(c) = cached {
         // SAFETY: as above.
-        unsafe {
-            *c = CachedStack {
-                lock_addr,
-                stack_id: id,
-                user_stack_id: user_id,
-                tid,
-                flags,
-                cut: u32::from(!whole),
-                proof_off: 0,
-                proof_ret: 0,
-            }
-        };
+        unsafe { remember(c, (lock_addr, flags, tid), (id, user_id), !whole, 0) };
     }
     (id, user_id, !whole)
 }

@@ -1,17 +1,28 @@
 //! Kernel stacks reused without a walk, proven by the kernel stack itself.
 //!
 //! A walk costs 1.5-2 us, and a storm's waits come through a few call paths:
-//! a walked stack is kept in this CPU's stack cache with a proof, one of its
-//! return addresses and where that lay above the program's context (which
-//! sits on the waiting thread's kernel stack). A later wait on the same lock
-//! with the same flags that finds the same return address at the same place
-//! came through the same frames up to that one, whichever thread it is (a
-//! forked child's first wait, too), and reuses the stack. The proof frame is
-//! the walk's frame [`PROOF_FRAME`] (past the tracing frames, the lock's
-//! functions and the caller), or the deepest one below the frames whose
-//! place moves from one system call to the next: kernels with
-//! `randomize_kstack_offset` put a random gap under the system call entry's
-//! frames. Frames above the proof frame are taken as they were walked.
+//! a walked stack is kept in this CPU's stack cache with a proof, the places
+//! above the program's context (which sits on the waiting thread's kernel
+//! stack) where the walk's return addresses lay, one per frame from the first
+//! above the context (past the tracing frames below it) to the proof frame,
+//! and a hash of those words. A later wait on the same lock with the same
+//! flags that finds the same words at the same places came through the same
+//! frames up to the proof frame, whichever thread it is (a forked child's
+//! first wait, too), and reuses the stack. Each frame is checked, not one:
+//! with a single word, two paths that put one return address at one place
+//! (the system call entry's, under `read` and `write` frames of equal total
+//! size) passed for each other, and a wait was given the other path's
+//! caller. Checked frame by frame, the first frame whose return address
+//! differs fails the proof: a return address at its place says which
+//! function ran there, and with it where that function's frame and the next
+//! return address lie.
+//!
+//! The proof frame is the walk's frame [`PROOF_FRAME`] (past the tracing
+//! frames, the lock's functions, the caller and a few of its callers), or the
+//! deepest one below the frames whose place moves from one system call to
+//! the next: kernels with `randomize_kstack_offset` put a random gap under
+//! the system call entry's frames. Frames above the proof frame are taken as
+//! they were walked.
 //!
 //! Only in the tp_btf wait programs' default build
 //! ([`crate::stack::WalkContext::PROVEN_STACKS`]), where the programs can
@@ -20,8 +31,9 @@
 //! the budget is spent.
 
 use profiler_common::{
-    CALLER_DEPTH, CachedStack, Config, STACK_CACHE_SLOTS, STACK_CACHE_WAYS, STACK_CUT, STACK_WORDS, StackId,
-    USER_STACK_OFF, counter, is_stack, stack_cache_set,
+    CachedStack, Config, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, PROOF_WORDS, STACK_CACHE_SLOTS, STACK_CACHE_WAYS,
+    STACK_CUT, STACK_WORDS, StackBudget, StackId, StoredStack, USER_STACK_OFF, counter, is_stack, stack_cache_set,
+    stack_hash_step,
 };
 
 use aya_ebpf::{cty::c_void, helpers::bpf_loop};
@@ -30,15 +42,19 @@ use crate::{
     context::{config, count},
     maps::{STACK_BUDGET, STACK_CACHE, STACK_SCRATCH},
     owners::rdonly,
-    stack::{WalkContext, budget_allows, capture},
+    stack::{WalkContext, budget_allows, capture, remember},
 };
 
-/// The walk's frame whose return address proves a cached stack: the last
-/// frame of a walk cut at the caller.
-const PROOF_FRAME: u64 = CALLER_DEPTH as u64 - 1;
+/// The walk's deepest frame a proof checks.
+const PROOF_FRAME: u64 = PROOF_WORDS as u64 - 1;
 /// A shallower proof frame proves too little (the tracing frames and the
 /// slowpath, not the caller): the stack gets no proof.
 const PROOF_MIN_FRAME: u64 = 4;
+/// The first frame of a proof, the first whose return address lies above
+/// the context, is at most this one (the tracing frames, at most 6, lie
+/// below the context or in it): a proof that starts later would leave the
+/// lock's functions or the caller unchecked, and gets none.
+const PROOF_FIRST_MAX: u32 = 6;
 /// Outermost frames whose place on the stack moves between system calls
 /// (the random gap `randomize_kstack_offset` puts under them): the entry's
 /// frame on x86_64; on arm64 the frames above `invoke_syscall`'s gap
@@ -48,10 +64,12 @@ const PROOF_MIN_FRAME: u64 = 4;
 const MOVING_TOP_FRAMES: u64 = 1;
 #[cfg(bpf_target_arch = "aarch64")]
 const MOVING_TOP_FRAMES: u64 = 5;
-/// Stack words searched above the context for the proof frame's return
-/// address, when a walk is stored (2 KiB: the tracing frames, the lock's
-/// functions and a dozen callers' frames).
-const PROOF_SEARCH_WORDS: u32 = 256;
+/// Stack words searched above the context for the proof's return
+/// addresses, when a walk is stored (2040 bytes: the tracing frames, the
+/// lock's functions and a dozen callers' frames; a place fits a byte).
+const PROOF_SEARCH_WORDS: u32 = 255;
+/// [`Search::next`] before the first frame is found.
+const NOT_YET: u32 = u32::MAX;
 
 /// The program's context address as a number, where it lies on the
 /// waiting thread's kernel stack and the programs can read that stack; 0
@@ -90,70 +108,145 @@ fn stack_word(cfg: &Config, addr: u64) -> u64 {
     unsafe { core::ptr::read_volatile(typed as *const u64) }
 }
 
-/// The proof of the walk in this CPU's scratch slot, taken for a context at
-/// `here` (the search reads the configuration itself: `bpf_loop` hands its
-/// steps one pointer): where above `here` its proof frame's return address lies, and
-/// that address; (0, 0) when the walk is too short or the address is not
-/// found.
+/// The hash of the words at `places` above the context at `here`, from
+/// `seed`: always [`PROOF_WORDS`] words, with no branch between them (the
+/// begin program checks up to four entries, and a branch per word took it
+/// past the verifier's million instructions). A place of 0 is the context's
+/// first word, the lock's address, the same for every wait on the lock.
 #[inline(always)]
-fn learn(here: u64) -> (u32, u64) {
-    let Some(buf) = STACK_SCRATCH.get_ptr(0) else {
-        return (0, 0);
-    };
+fn words_hash(cfg: &Config, here: u64, seed: u64, places: &[u8; PROOF_WORDS]) -> u64 {
+    if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 || cfg.layout.btf_task == 0 {
+        return 0;
+    }
+    // SAFETY: the placeholder is rewritten into a call of the kernel's
+    // `bpf_rdonly_cast(void *obj, u32 btf_id)` before loading, and the
+    // `kfuncs` bit (a load-time constant) is set only then.
+    let cast: unsafe extern "C" fn(u64, u32) -> u64 = unsafe { core::mem::transmute(KFUNC_CALL_RDONLY_CAST as usize) };
+    let mut h = seed;
+    for &w in places {
+        // SAFETY: bpf_rdonly_cast takes any address and returns a pointer
+        // the verifier marks untrusted (never null to it): the load below is
+        // turned into a fault-safe one, 0 when unreadable. The first 8 bytes
+        // of a `task_struct` are an integer (see `stack_word`).
+        h = stack_hash_step(h, unsafe {
+            core::ptr::read_volatile(cast(here + u64::from(w) * 8, cfg.layout.btf_task) as *const u64)
+        });
+    }
+    h
+}
+
+/// Whether the words at `c`'s proof places above the context at `here` are
+/// the ones its walk found there (false without a proof).
+#[inline(always)]
+fn proven(cfg: &Config, here: u64, c: &CachedStack) -> bool {
+    c.proof_hash != 0 && words_hash(cfg, here, c.lock_addr, &c.proof_words) == c.proof_hash
+}
+
+/// The proof of the walk in this CPU's scratch slot, taken for a wait on
+/// `lock` whose context lies at `here`: its hash, and the search's scratch,
+/// which holds its places (see [`CachedStack`]); `None` when the walk is
+/// too short or a frame's return address is not found in order.
+#[inline(always)]
+fn learn(here: u64, lock: u64) -> Option<(u64, &'static StackBudget)> {
+    let buf = STACK_SCRATCH.get_ptr(0)?;
     // SAFETY: this CPU's scratch slot from a successful lookup, valid for
     // the map's lifetime; it holds the walk just stored (programs on one CPU
     // do not nest); only read.
-    let buf = unsafe { &*buf };
-    let nr = u64::from(buf.nr as u32);
+    let nr = unsafe { (*buf).nr };
     // A walk cut at the caller did not reach the system call's entry, so
-    // none of its frames is above the random gap: its proof is its last
-    // frame (the one that would otherwise go unproven in every reuse).
-    let moving = if buf.nr & STACK_CUT != 0 { 0 } else { MOVING_TOP_FRAMES };
-    let frame = nr.saturating_sub(1 + moving).min(PROOF_FRAME);
-    if frame < PROOF_MIN_FRAME {
-        return (0, 0);
+    // none of its frames is above the random gap: its proof ends at its
+    // last frame (the one that would otherwise go unproven in every reuse).
+    let moving = if nr & STACK_CUT != 0 { 0 } else { MOVING_TOP_FRAMES };
+    let last = u64::from(nr as u32).saturating_sub(1 + moving).min(PROOF_FRAME);
+    if last < PROOF_MIN_FRAME {
+        return None;
     }
-    let Some(&ret) = buf.ips.get(frame as usize) else {
-        return (0, 0);
+    let scratch = STACK_BUDGET.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot from a successful lookup, valid for the map's
+    // lifetime; programs on one CPU do not nest.
+    let found = unsafe {
+        (*scratch).proof_next = NOT_YET;
+        (*scratch).proof_found = 0;
+        (*scratch).proof_words = [0; PROOF_WORDS];
+        let mut search = Search { here, walk: buf, scratch, last: last as u32, _pad: 0 };
+        // SAFETY: `search_step` has the callback signature bpf_loop calls,
+        // and `search` lives on this frame for the whole call.
+        bpf_loop(
+            PROOF_SEARCH_WORDS,
+            search_step as *const () as *mut c_void,
+            core::ptr::addr_of_mut!(search).cast(),
+            0,
+        );
+        &*scratch
     };
-    if ret == 0 {
-        return (0, 0);
+    if found.proof_next != last as u32 + 1 {
+        return None;
     }
-    let mut search = Search { here, ret, found: 0, _pad: 0 };
-    // SAFETY: `search_step` has the callback signature bpf_loop calls, and
-    // `search` lives on this frame for the whole call.
-    unsafe {
-        bpf_loop(PROOF_SEARCH_WORDS, search_step as *const () as *mut c_void, core::ptr::addr_of_mut!(search).cast(), 0)
-    };
-    if search.found == 0 { (0, 0) } else { (search.found, ret) }
+    // The words just found, read the way a later wait's proof reads them.
+    let hash = words_hash(config(), here, lock, &found.proof_words);
+    (hash != 0).then_some((hash, found))
 }
 
-/// The proof search's state, handed to each of its steps by `bpf_loop`.
+/// The proof search's input, handed to each of its steps by `bpf_loop`;
+/// its progress is in this CPU's [`profiler_common::StackBudget`] (map
+/// memory, which the verifier does not track: the steps converge).
 #[repr(C)]
 struct Search {
     /// The context's address.
     here: u64,
-    /// The return address searched for.
-    ret: u64,
-    /// Where above `here` it was found (0: not yet).
-    found: u32,
+    /// The walk (this CPU's scratch slot).
+    walk: *const StoredStack,
+    /// Where the search keeps its progress.
+    scratch: *mut StackBudget,
+    /// The walk's last frame to find.
+    last: u32,
     _pad: u32,
 }
 
 /// One step of the proof search (a `bpf_loop` callback, verified once
 /// rather than once per step and per path into it): the stack word `index +
-/// 1` words above the context. Returns 1 (stop) once found.
+/// 1` words above the context. The first word that is one of the walk's
+/// first return addresses starts the proof; from there each frame's return
+/// address is searched above the one before. Returns 1 (stop) once the
+/// last is found.
 #[inline(never)]
 unsafe extern "C" fn search_step(index: u64, state: *mut c_void) -> i64 {
     // SAFETY: bpf_loop hands back the `Search` of `learn`'s frame, alive
-    // during the loop.
-    let s = unsafe { &mut *state.cast::<Search>() };
-    let off = (index as u32 + 1) * 8;
-    if stack_word(config(), s.here + u64::from(off)) == s.ret {
-        s.found = off;
-        return 1;
+    // during the loop; its `walk` and `scratch` are this CPU's slots that
+    // `learn` looked up.
+    let (s, walk, p) = unsafe {
+        let s = &*state.cast::<Search>();
+        (s, &*s.walk, &mut *s.scratch)
+    };
+    let at = index as u32 + 1;
+    let word = stack_word(config(), s.here + u64::from(at) * 8);
+    if word == 0 {
+        return 0;
     }
-    0
+    let mut frame = p.proof_next;
+    if frame == NOT_YET {
+        let mut j = 0u32;
+        while j <= PROOF_FIRST_MAX && j <= s.last {
+            if walk.ips.get(j as usize) == Some(&word) {
+                break;
+            }
+            j += 1;
+        }
+        if j > PROOF_FIRST_MAX || j > s.last {
+            return 0;
+        }
+        p.proof_first = j;
+        frame = j;
+    } else if walk.ips.get(frame as usize) != Some(&word) {
+        return 0;
+    }
+    if let Some(w) = p.proof_words.get_mut(p.proof_found as usize) {
+        *w = at as u8;
+    }
+    p.proof_found += 1;
+    p.proof_next = frame + 1;
+    let last = frame >= s.last;
+    i64::from(last)
 }
 
 /// The kernel stack for a wait on `lock` with `flags` of thread `tid`
@@ -184,7 +277,7 @@ pub fn proven_stack<C: WalkContext>(
             // only read.
             let c = unsafe { &*c };
             if c.lock_addr == lock && c.flags == flags && is_stack(c.stack_id) {
-                let proven = c.proof_off != 0 && stack_word(cfg, here + u64::from(c.proof_off)) == c.proof_ret;
+                let proven = proven(cfg, here, c);
                 if proven && c.cut == 0 {
                     count(counter::STACK_PROVEN);
                     return (c.stack_id, false);
@@ -192,7 +285,7 @@ pub fn proven_stack<C: WalkContext>(
                 // The thread's own entry only while it has no proof: one
                 // whose proof just failed came another way, and a walk to the
                 // caller names the right one.
-                if proven || (reuse.is_none() && c.tid == tid && c.proof_off == 0) {
+                if proven || (reuse.is_none() && c.tid == tid && c.proof_hash == 0) {
                     reuse = Some((c.stack_id, c.cut != 0));
                     slot = set + way;
                 }
@@ -210,25 +303,19 @@ pub fn proven_stack<C: WalkContext>(
         }
         count(counter::STACKS_CUT);
     }
-    let id = capture(ctx, !whole);
-    let (proof_off, proof_ret) = if is_stack(id) { learn(here) } else { (0, 0) };
+    let id = capture(ctx, !whole, true);
+    let proof = if is_stack(id) { learn(here, lock) } else { None };
     if slot == STACK_CACHE_SLOTS {
         slot = set + ((now >> 8) as u32 & (STACK_CACHE_WAYS - 1));
     }
     if let Some(c) = STACK_CACHE.get_ptr_mut(slot) {
         // SAFETY: as above.
         unsafe {
-            *c = CachedStack {
-                lock_addr: lock,
-                stack_id: id,
-                user_stack_id: USER_STACK_OFF,
-                proof_ret,
-                tid,
-                flags,
-                cut: u32::from(!whole),
-                proof_off,
+            remember(c, (lock, flags, tid), (id, USER_STACK_OFF), !whole, proof.map_or(0, |p| p.0));
+            if let Some((_, p)) = proof {
+                (*c).proof_words = p.proof_words;
             }
-        };
+        }
     }
     (id, !whole)
 }

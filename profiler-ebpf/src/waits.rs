@@ -203,7 +203,7 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
                 slot.flags |= flags;
                 set_owner(&mut slot.owner, &owner_of::<MODERN>(cfg, lock_addr, flags));
                 if MODERN && slab {
-                    note_asleep(ctx, cfg, &slot.owner, now, key, (lock_addr, slot.begin_ns));
+                    note_asleep(cfg, &slot.owner, now, key, (lock_addr, slot.begin_ns));
                 }
                 let r = match entry {
                     Some(entry) if entry.lock_addr == 0 => {
@@ -260,7 +260,7 @@ pub fn on_begin<C: WalkContext, const MODERN: bool>(
     }
     if MODERN && slab && !first_spin {
         // Tracing programs on 6.2+ (the kfuncs the owner's stack needs).
-        note_asleep(ctx, cfg, &target.owner, now, key, (lock_addr, now));
+        note_asleep(cfg, &target.owner, now, key, (lock_addr, now));
     }
     if insert {
         let first: &PendingWait = target;
@@ -376,7 +376,7 @@ fn restack_long<C: WalkContext>(ctx: &C, p: &mut PendingWait) {
 #[inline(never)]
 fn late_stack<C: WalkContext>(ctx: &C) -> StackId {
     count(counter::STACKS_LATE);
-    stack::capture(ctx, false)
+    stack::capture(ctx, false, false)
 }
 
 /// A record of the wait (or hold) in `p`, ended at `now`.

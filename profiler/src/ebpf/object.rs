@@ -89,13 +89,12 @@ fn tracepoint_offsets() -> TpOffsets {
 
 /// Whether the tp_btf programs may prove cached kernel stacks by reading
 /// their own kernel stack ([`STACK_WORDS`], `stack_proof` in the eBPF
-/// crate). Off: a proof is one return address at its place on the stack,
-/// the deepest frame below the system call entry's random gap, and on a
-/// Debian 7.3 guest the pipe storm's reader and writer paths put the same
-/// address at the same place, so one path's stack was reported for the
-/// other's waits (no pipe writer among the callers). On until a proof also
-/// covers the caller's frame.
-const PROVEN_STACKS: bool = false;
+/// crate). A proof checks every return address from the first above the
+/// program's context to the proof frame: when it checked one word, the
+/// deepest, a Debian 7.3 guest's pipe storm put the same address at the same
+/// place under its reader's and writer's frames, and one path's stack was
+/// reported for the other's waits.
+const PROVEN_STACKS: bool = true;
 
 /// Loads the object with `opts` (nothing is attached yet). `task` holds the
 /// `struct task_struct` offsets found in the kernel's BTF, if any.
