@@ -151,6 +151,73 @@ fn pipe_writers_show_the_pipe_mutex_and_its_writers() {
     assert_eq!(caller_total, pipe.wait.total_ns());
 }
 
+/// Whether `release` (`uname -r`) is at least `major.minor`.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// Reused stacks must stay on their own path: the pipe's readers and
+/// writers wait on one mutex with the same flags, through frames that can
+/// put the same return addresses at the same places (a proof of one word,
+/// the system call entry's, gave readers the writers' stack on a Debian 7.3
+/// kernel). Every caller's stack must be its own syscall's; on tp_btf, 6.2+,
+/// most waits must have been proven rather than walked.
+#[test]
+fn proven_stacks_keep_the_pipe_readers_and_writers_apart() {
+    if !kernel_ready("proven_stacks_keep_the_pipe_readers_and_writers_apart") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, i) = record_until(&cli_defaults(), &[Workload::Pipe], 4, 3.0, |p| {
+        assert_counters_sane(p);
+        let i =
+            lock_where(p, |l| l.lock_type == LockType::Mutex && callers_of(l).iter().any(|c| c.contains("pipe_write")))
+                .ok_or_else(|| format!("no pipe mutex among {:?}", classes(p)))?;
+        let callers = callers_of(&p.locks[i]);
+        if callers.iter().any(|c| c.contains("pipe_read")) && p.locks[i].wait.count() > 1000 {
+            Ok(i)
+        } else {
+            Err(format!("{} waits, callers {callers:?}", p.locks[i].wait.count()))
+        }
+    });
+    for c in p.locks[i].callers.iter() {
+        let (own, other) = match fn_of(&c.caller) {
+            f if f.contains("pipe_write") => ("write", "read"),
+            f if f.contains("pipe_read") => ("read", "write"),
+            _ => continue,
+        };
+        let syscall = |rw: &str| {
+            c.stack.iter().any(|f| {
+                let f = fn_of(f);
+                f == format!("vfs_{rw}") || f == format!("ksys_{rw}") || f.ends_with(&format!("sys_{rw}"))
+            })
+        };
+        assert!(
+            syscall(own) && !syscall(other),
+            "{} ({} waits) has another path's stack: {:?}",
+            c.caller,
+            c.wait.count(),
+            c.stack
+        );
+    }
+    let b = &p.meta.drops.bookkeeping;
+    if p.meta.backend == "tp_btf" && release_at_least(&p.meta.kernel, 6, 2) {
+        assert!(
+            b.stack_proven * 2 > p.meta.events,
+            "tp_btf on {}: {} of {} waits proven ({b:?})",
+            p.meta.kernel,
+            b.stack_proven,
+            p.meta.events
+        );
+    } else {
+        eprintln!(
+            "proven stacks not checked: backend {} on {} (tp_btf on 6.2+ proves them)",
+            p.meta.backend, p.meta.kernel
+        );
+    }
+}
+
 #[test]
 fn fork_exit_storm_shows_tasklist_lock_by_name() {
     if !kernel_ready("fork_exit_storm_shows_tasklist_lock_by_name") {
