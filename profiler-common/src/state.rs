@@ -194,7 +194,7 @@ pub struct CachedStack {
     /// The user stack id captured with it.
     pub user_stack_id: StackId,
     /// The words at `proof_words`, folded in order with
-    /// [`crate::stack_hash_step`] from [`crate::STACK_HASH_SEED`]; 0: no proof.
+    /// [`crate::stack_hash_step`] from `lock_addr`; 0: no proof.
     pub proof_hash: u64,
     /// Thread it was captured for.
     pub tid: u32,
@@ -204,7 +204,8 @@ pub struct CachedStack {
     pub cut: u32,
     pub _pad: u32,
     /// Where the proof's words lie above the program's context, in 8-byte
-    /// words, innermost frame first; 0 past the last.
+    /// words, innermost frame first; past the last frame 0, the context's
+    /// own first word (the lock's address).
     pub proof_words: [u8; PROOF_WORDS],
 }
 
@@ -262,14 +263,11 @@ pub struct StackBudget {
     /// Scratch of the search for a stack's proof (`stack_proof` in the eBPF
     /// crate), kept in map memory, which the verifier does not track, so
     /// that the search's `bpf_loop` steps converge: the next frame to find
-    /// (`u32::MAX` before the first), the first frame found, frames found,
-    /// and where each lay above the context, in words.
+    /// (`u32::MAX` before the first), frames found, and where each lay above
+    /// the context, in words.
     pub proof_next: u32,
     /// See `proof_next`.
-    pub proof_first: u32,
-    /// See `proof_next`.
     pub proof_found: u32,
-    pub _pad: u32,
     /// See `proof_next`.
     pub proof_words: [u8; PROOF_WORDS],
 }

@@ -43,12 +43,19 @@ pub(crate) fn rdonly(cfg: &Config, obj: u64, btf_id: u32) -> u64 {
     if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 || btf_id == 0 || obj == 0 {
         return 0;
     }
-    // SAFETY: the placeholder is rewritten into a call of the kernel's
-    // `bpf_rdonly_cast(void *obj, u32 btf_id)` before loading, and the
-    // `kfuncs` bit (a load-time constant) is set only then.
-    let cast: unsafe extern "C" fn(u64, u32) -> u64 = unsafe { core::mem::transmute(KFUNC_CALL_RDONLY_CAST as usize) };
     // SAFETY: takes any address; `btf_id` is a load-time constant.
-    unsafe { cast(obj, btf_id) }
+    unsafe { rdonly_cast()(obj, btf_id) }
+}
+
+/// The kernel's `bpf_rdonly_cast(void *obj, u32 btf_id)`, for a caller
+/// that has checked `cfg.kfuncs` for [`KFUNC_RDONLY_CAST`] (a load-time
+/// constant, set only when the placeholder is bound).
+#[inline(always)]
+pub(crate) fn rdonly_cast() -> unsafe extern "C" fn(u64, u32) -> u64 {
+    // SAFETY: the placeholder is rewritten into a call of the kernel's
+    // `bpf_rdonly_cast` before loading; callers call it only where the
+    // `kfuncs` bit says so.
+    unsafe { core::mem::transmute(KFUNC_CALL_RDONLY_CAST as usize) }
 }
 
 /// The `T` at `obj + off` (an object of BTF type `btf_id`); 0 on failure.

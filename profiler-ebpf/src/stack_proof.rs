@@ -31,9 +31,8 @@
 //! the budget is spent.
 
 use profiler_common::{
-    CachedStack, Config, KFUNC_CALL_RDONLY_CAST, KFUNC_RDONLY_CAST, PROOF_WORDS, STACK_CACHE_SLOTS, STACK_CACHE_WAYS,
-    STACK_CUT, STACK_WORDS, StackBudget, StackId, StoredStack, USER_STACK_OFF, counter, is_stack, stack_cache_set,
-    stack_hash_step,
+    CachedStack, Config, KFUNC_RDONLY_CAST, PROOF_WORDS, STACK_CACHE_SLOTS, STACK_CACHE_WAYS, STACK_CUT, STACK_WORDS,
+    StackBudget, StackId, StoredStack, USER_STACK_OFF, counter, is_stack, stack_cache_set, stack_hash_step,
 };
 
 use aya_ebpf::{cty::c_void, helpers::bpf_loop};
@@ -41,7 +40,7 @@ use aya_ebpf::{cty::c_void, helpers::bpf_loop};
 use crate::{
     context::{config, count},
     maps::{STACK_BUDGET, STACK_CACHE, STACK_SCRATCH},
-    owners::rdonly,
+    owners::{rdonly, rdonly_cast},
     stack::{WalkContext, budget_allows, capture, remember},
 };
 
@@ -68,7 +67,7 @@ const MOVING_TOP_FRAMES: u64 = 5;
 /// addresses, when a walk is stored (2040 bytes: the tracing frames, the
 /// lock's functions and a dozen callers' frames; a place fits a byte).
 const PROOF_SEARCH_WORDS: u32 = 255;
-/// [`Search::next`] before the first frame is found.
+/// `StackBudget::proof_next` before the first frame is found.
 const NOT_YET: u32 = u32::MAX;
 
 /// The program's context address as a number, where it lies on the
@@ -118,10 +117,7 @@ fn words_hash(cfg: &Config, here: u64, seed: u64, places: &[u8; PROOF_WORDS]) ->
     if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 || cfg.layout.btf_task == 0 {
         return 0;
     }
-    // SAFETY: the placeholder is rewritten into a call of the kernel's
-    // `bpf_rdonly_cast(void *obj, u32 btf_id)` before loading, and the
-    // `kfuncs` bit (a load-time constant) is set only then.
-    let cast: unsafe extern "C" fn(u64, u32) -> u64 = unsafe { core::mem::transmute(KFUNC_CALL_RDONLY_CAST as usize) };
+    let cast = rdonly_cast();
     let mut h = seed;
     for &w in places {
         // SAFETY: bpf_rdonly_cast takes any address and returns a pointer
@@ -235,7 +231,6 @@ unsafe extern "C" fn search_step(index: u64, state: *mut c_void) -> i64 {
         if j > PROOF_FIRST_MAX || j > s.last {
             return 0;
         }
-        p.proof_first = j;
         frame = j;
     } else if walk.ips.get(frame as usize) != Some(&word) {
         return 0;
