@@ -193,16 +193,23 @@ pub struct CachedStack {
     pub stack_id: StackId,
     /// The user stack id captured with it.
     pub user_stack_id: StackId,
-    /// The words at `proof_words`, folded in order with
-    /// [`crate::stack_hash_step`] from `lock_addr`; 0: no proof.
+    /// The words at `proof_words`, folded with [`proof_hash_step`] from
+    /// `lock_addr`; 0: no proof.
     pub proof_hash: u64,
     /// Thread it was captured for.
     pub tid: u32,
     /// Flags of that wait.
     pub flags: u32,
     /// 1 when `stack_id` is a walk cut at its caller ([`crate::STACK_CUT`]).
-    pub cut: u32,
-    pub _pad: u32,
+    pub cut: u16,
+    /// The place of the proof's middle frame (one of `proof_words`), about
+    /// the caller's return address, where the paths that share a lock part.
+    pub proof_check_place: u16,
+    /// The low 32 bits of the word at `proof_check_place` when the proof
+    /// was taken: one read that turns away another path's entry before the
+    /// hash reads all [`PROOF_WORDS`] (the hash covers this word too, so it
+    /// never turns away a proven one).
+    pub proof_check: u32,
     /// Where the proof's words lie above the program's context, in 8-byte
     /// words, innermost frame first; past the last frame 0, the context's
     /// own first word (the lock's address).
@@ -213,6 +220,30 @@ pub struct CachedStack {
 /// frames up to its 16th (past the tracing frames, the lock's functions,
 /// the caller and a few of its callers).
 pub const PROOF_WORDS: usize = 16;
+
+/// The multiplier of each proof place's word in a proof's hash (odd and
+/// distinct: splitmix64 of the place). The hash is the seed plus each word
+/// times its place's multiplier: the words' products are independent of
+/// one another, where a chained hash waited on each step's multiply and
+/// took a third of the begin program's time on the pipe storm.
+pub const PROOF_KEYS: [u64; PROOF_WORDS] = {
+    let mut k = [0u64; PROOF_WORDS];
+    let mut i = 0;
+    while i < PROOF_WORDS {
+        let mut z = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        k[i] = (z ^ (z >> 31)) | 1;
+        i += 1;
+    }
+    k
+};
+
+/// `h` with the word `w` of proof place `i` folded in (see [`PROOF_KEYS`]).
+#[inline(always)]
+pub const fn proof_hash_step(h: u64, i: usize, w: u64) -> u64 {
+    h.wrapping_add(w.wrapping_mul(PROOF_KEYS[i % PROOF_WORDS]))
+}
 
 /// Entries of the per-CPU stack cache (a power of two).
 pub const STACK_CACHE_SLOTS: u32 = 64;
@@ -344,6 +375,26 @@ mod tests {
         assert_eq!(task_key(42, 3), 42);
         assert_ne!(task_key(0, 0), task_key(0, 1));
         assert_ne!(task_key(0, 5), 5);
+    }
+
+    #[test]
+    fn every_proof_word_counts_at_its_own_place() {
+        for (i, k) in PROOF_KEYS.iter().enumerate() {
+            assert_eq!(k & 1, 1, "multiplier {i} is odd, so no word's change is lost");
+            assert!(PROOF_KEYS[..i].iter().all(|j| j != k), "multiplier {i} is distinct");
+        }
+        let hash = |w: &[u64; PROOF_WORDS]| w.iter().enumerate().fold(7, |h, (i, &x)| proof_hash_step(h, i, x));
+        let ret = |i: u64| 0xffff_ffff_8100_0000 + i * 0x1234;
+        let words: [u64; PROOF_WORDS] = core::array::from_fn(|i| ret(i as u64));
+        let base = hash(&words);
+        for i in 0..PROOF_WORDS {
+            let mut w = words;
+            w[i] ^= 1 << (i * 3);
+            assert_ne!(hash(&w), base, "a changed word {i}");
+            let mut s = words;
+            s.swap(i, (i + 1) % PROOF_WORDS);
+            assert_ne!(hash(&s), base, "words {i} and {} swapped", (i + 1) % PROOF_WORDS);
+        }
     }
 
     #[test]

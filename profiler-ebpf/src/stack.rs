@@ -389,7 +389,7 @@ pub(crate) unsafe fn remember(
     c.tid = wait.2;
     c.stack_id = ids.0;
     c.user_stack_id = ids.1;
-    c.cut = u32::from(cut);
+    c.cut = u16::from(cut);
     c.proof_hash = hash;
 }
 

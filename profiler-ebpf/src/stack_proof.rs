@@ -32,7 +32,7 @@
 
 use profiler_common::{
     CachedStack, Config, KFUNC_RDONLY_CAST, PROOF_WORDS, STACK_CACHE_SLOTS, STACK_CACHE_WAYS, STACK_CUT, STACK_WORDS,
-    StackBudget, StackId, StoredStack, USER_STACK_OFF, counter, is_stack, stack_cache_set, stack_hash_step,
+    StackBudget, StackId, StoredStack, USER_STACK_OFF, counter, is_stack, proof_hash_step, stack_cache_set,
 };
 
 use aya_ebpf::{cty::c_void, helpers::bpf_loop};
@@ -107,6 +107,17 @@ fn stack_word(cfg: &Config, addr: u64) -> u64 {
     unsafe { core::ptr::read_volatile(typed as *const u64) }
 }
 
+/// The word `place` words above the context at `here`, read as
+/// [`words_hash`] reads it (0 when unreadable or without `bpf_rdonly_cast`).
+#[inline(always)]
+fn place_word(cfg: &Config, here: u64, place: u16) -> u64 {
+    if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 || cfg.layout.btf_task == 0 {
+        return 0;
+    }
+    // SAFETY: as in `words_hash`.
+    unsafe { core::ptr::read_volatile(rdonly_cast()(here + u64::from(place) * 8, cfg.layout.btf_task) as *const u64) }
+}
+
 /// The hash of the words at `places` above the context at `here`, from
 /// `seed`: always [`PROOF_WORDS`] words, with no branch between them (the
 /// begin program checks up to four entries, and a branch per word took it
@@ -119,12 +130,12 @@ fn words_hash(cfg: &Config, here: u64, seed: u64, places: &[u8; PROOF_WORDS]) ->
     }
     let cast = rdonly_cast();
     let mut h = seed;
-    for &w in places {
+    for (i, &w) in places.iter().enumerate() {
         // SAFETY: bpf_rdonly_cast takes any address and returns a pointer
         // the verifier marks untrusted (never null to it): the load below is
         // turned into a fault-safe one, 0 when unreadable. The first 8 bytes
         // of a `task_struct` are an integer (see `stack_word`).
-        h = stack_hash_step(h, unsafe {
+        h = proof_hash_step(h, i, unsafe {
             core::ptr::read_volatile(cast(here + u64::from(w) * 8, cfg.layout.btf_task) as *const u64)
         });
     }
@@ -132,18 +143,23 @@ fn words_hash(cfg: &Config, here: u64, seed: u64, places: &[u8; PROOF_WORDS]) ->
 }
 
 /// Whether the words at `c`'s proof places above the context at `here` are
-/// the ones its walk found there (false without a proof).
+/// the ones its walk found there (false without a proof). One word first
+/// (`proof_check`): most entries a wait looks at are its lock's other call
+/// paths, and one read turns them away.
 #[inline(always)]
 fn proven(cfg: &Config, here: u64, c: &CachedStack) -> bool {
-    c.proof_hash != 0 && words_hash(cfg, here, c.lock_addr, &c.proof_words) == c.proof_hash
+    c.proof_hash != 0
+        && place_word(cfg, here, c.proof_check_place) as u32 == c.proof_check
+        && words_hash(cfg, here, c.lock_addr, &c.proof_words) == c.proof_hash
 }
 
 /// The proof of the walk in this CPU's scratch slot, taken for a wait on
-/// `lock` whose context lies at `here`: its hash, and the search's scratch,
+/// `lock` whose context lies at `here`: its hash, its check's place and
+/// word (see [`CachedStack::proof_check`]), and the search's scratch,
 /// which holds its places (see [`CachedStack`]); `None` when the walk is
 /// too short or a frame's return address is not found in order.
 #[inline(always)]
-fn learn(here: u64, lock: u64) -> Option<(u64, &'static StackBudget)> {
+fn learn(here: u64, lock: u64) -> Option<(u64, (u16, u32), &'static StackBudget)> {
     let buf = STACK_SCRATCH.get_ptr(0)?;
     // SAFETY: this CPU's scratch slot from a successful lookup, valid for
     // the map's lifetime; it holds the walk just stored (programs on one CPU
@@ -179,8 +195,11 @@ fn learn(here: u64, lock: u64) -> Option<(u64, &'static StackBudget)> {
         return None;
     }
     // The words just found, read the way a later wait's proof reads them.
-    let hash = words_hash(config(), here, lock, &found.proof_words);
-    (hash != 0).then_some((hash, found))
+    let cfg = config();
+    let hash = words_hash(cfg, here, lock, &found.proof_words);
+    let place = found.proof_words.get(found.proof_found as usize / 2).map_or(0, |&p| u16::from(p));
+    let check = (place, place_word(cfg, here, place) as u32);
+    (hash != 0).then_some((hash, check, found))
 }
 
 /// The proof search's input, handed to each of its steps by `bpf_loop`;
@@ -307,8 +326,10 @@ pub fn proven_stack<C: WalkContext>(
         // SAFETY: as above.
         unsafe {
             remember(c, (lock, flags, tid), (id, USER_STACK_OFF), !whole, proof.map_or(0, |p| p.0));
-            if let Some((_, p)) = proof {
+            if let Some((_, check, p)) = proof {
                 (*c).proof_words = p.proof_words;
+                (*c).proof_check_place = check.0;
+                (*c).proof_check = check.1;
             }
         }
     }
