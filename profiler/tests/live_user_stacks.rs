@@ -457,10 +457,31 @@ fn assert_chain(v: &serde_json::Value, chain: &[&str]) {
     eprintln!("{with} of {stacked} futex waits with a user stack ({all} in all) show {chain:?}");
     assert!(all > 0, "no futex waits: {:?}", v["drops"]);
     assert!(with * 100 >= stacked * 99, "only {with} of {stacked} futex waits show {chain:?}: {shown:?}");
-    assert!(stacked * 2 >= all, "only {stacked} of {all} futex waits have a user stack: {:?}", v["drops"]);
-    let failed = v["drops"]["user_stack_failed"].as_u64().expect("user_stack_failed");
-    let skipped = v["drops"]["stack_skipped"].as_u64().expect("stack_skipped");
-    assert!(stacked == all || failed + skipped > 0, "{} waits without a stack, none counted", all - stacked);
+    assert_stacks_accounted(v, all, stacked);
+}
+
+/// Of `all` futex waits, `stacked` have a user stack: some do, the programs
+/// knew call paths by their signature (the plans lockprof gave them took
+/// over from copies), and every wait without one is counted.
+///
+/// Not a share: copies are skipped (counted in `user_stack_failed`) while
+/// the ring buffer is half full, and in a recording's first moments, before
+/// lockprof has unwound a call path's first copy and handed the programs its
+/// plan, every wait copies. How long that lasts depends on how soon
+/// lockprof's threads run beside the workload's busy ones: about half of a
+/// 2 s recording on a CI host (94k of 206k waits stacked), a tenth here.
+/// That is a speed figure, for benchmarks, not a check.
+fn assert_stacks_accounted(v: &serde_json::Value, all: u64, stacked: u64) {
+    let d = &v["drops"];
+    assert!(stacked > 0, "none of {all} futex waits has a user stack: {d:?}");
+    assert!(d["user_stack_signed"].as_u64() > Some(0), "no wait known by its signature: {d:?}");
+    let failed = d["user_stack_failed"].as_u64().expect("user_stack_failed");
+    let skipped = d["stack_skipped"].as_u64().expect("stack_skipped");
+    assert!(
+        all - stacked <= failed + skipped,
+        "{} waits without a user stack, {failed} + {skipped} counted: {d:?}",
+        all - stacked
+    );
 }
 
 /// The C workload's functions above glibc's in its futex waits, innermost first.
@@ -635,7 +656,7 @@ fn stripped_binaries_are_named_from_their_debug_files() {
     // `lockprof_test+0x..` (the chain cannot be named; the unwinding works).
     let v = record_futex_workload(&bin, &[]);
     let (all, stacked, _, shown) = futex_chain(&v, &FUTEX_CHAIN);
-    assert!(stacked > 0 && stacked * 2 >= all, "{stacked} of {all} futex waits with a user stack");
+    assert_stacks_accounted(&v, all, stacked);
     assert_eq!(named_workload_frames(&v), 0, "a stripped binary named without its debug file: {shown:?}");
 
     // Its debug file under --debug-dir, by build id: named again.
