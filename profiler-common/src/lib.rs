@@ -49,8 +49,8 @@ pub use stack::{
 };
 pub use state::{
     ACQUIRED_SLOTS, Acquired, CachedStack, HoldKey, HoldStart, Holder, MUTEX_SPIN_SLOT, NESTED_SPIN_SLOT, Owner,
-    OwnerAsleep, PROOF_KEYS, PROOF_WORDS, PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS, STACK_CACHE_WAYS,
-    StackBudget, YieldStart, acquired_index, owner, proof_hash_step, stack_cache_index, stack_cache_set, task_key,
+    OwnerAsleep, PROOF_WORDS, PendingWait, SPIN_SLOT, SPIN_SLOTS, STACK_CACHE_SLOTS, STACK_CACHE_WAYS, StackBudget,
+    YieldStart, acquired_index, owner, proof_hash_step, stack_cache_index, stack_cache_set, task_key,
 };
 pub use unwind::{
     PLAN_USES_FP, ROOT_LR, ROOT_NONE, SIGNATURE_SEED, UNWIND_PLAN_ENTRIES, UNWIND_PLAN_SLOTS, USER_STACK_COPY_BYTES,

@@ -107,14 +107,25 @@ fn stack_word(cfg: &Config, addr: u64) -> u64 {
     unsafe { core::ptr::read_volatile(typed as *const u64) }
 }
 
-/// The word `place` words above the context at `here`, read as
-/// [`words_hash`] reads it (0 when unreadable or without `bpf_rdonly_cast`).
+/// The word `place` words above the context at `here`, as a proof reads it
+/// (0 when unreadable or without `bpf_rdonly_cast`).
 #[inline(always)]
 fn place_word(cfg: &Config, here: u64, place: u16) -> u64 {
     if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 || cfg.layout.btf_task == 0 {
         return 0;
     }
-    // SAFETY: as in `words_hash`.
+    read_place(cfg, here, place)
+}
+
+/// [`place_word`] for a caller that has checked its conditions (once for
+/// all the words of a hash, not once per word).
+#[inline(always)]
+fn read_place(cfg: &Config, here: u64, place: u16) -> u64 {
+    // SAFETY: bpf_rdonly_cast takes any address and returns a pointer the
+    // verifier marks untrusted (never null to it): the load below is turned
+    // into a fault-safe one, 0 when unreadable. The first 8 bytes of a
+    // `task_struct` are an integer (see `stack_word`). The caller checked
+    // that the kfunc is bound and the type known.
     unsafe { core::ptr::read_volatile(rdonly_cast()(here + u64::from(place) * 8, cfg.layout.btf_task) as *const u64) }
 }
 
@@ -128,16 +139,9 @@ fn words_hash(cfg: &Config, here: u64, seed: u64, places: &[u8; PROOF_WORDS]) ->
     if cfg.kfuncs & KFUNC_RDONLY_CAST == 0 || cfg.layout.btf_task == 0 {
         return 0;
     }
-    let cast = rdonly_cast();
     let mut h = seed;
     for (i, &w) in places.iter().enumerate() {
-        // SAFETY: bpf_rdonly_cast takes any address and returns a pointer
-        // the verifier marks untrusted (never null to it): the load below is
-        // turned into a fault-safe one, 0 when unreadable. The first 8 bytes
-        // of a `task_struct` are an integer (see `stack_word`).
-        h = proof_hash_step(h, i, unsafe {
-            core::ptr::read_volatile(cast(here + u64::from(w) * 8, cfg.layout.btf_task) as *const u64)
-        });
+        h = proof_hash_step(h, i, read_place(cfg, here, u16::from(w)));
     }
     h
 }
