@@ -28,7 +28,7 @@ use self::housekeeping::Housekeeping;
 
 use crate::{
     cgroups::{CgroupFs, CgroupTree},
-    ebpf::{KernelStacks, LoadError, Probes, ProgramFd, features::kernel_release, recursion_misses},
+    ebpf::{KernelStacks, LoadError, Probes, ProgramFd, RecursionMisses, features::kernel_release, recursion_misses},
     incident::{Engine, IncidentLog, Store, WindowBuilder},
     model::{Counters, Meta, Profile},
     pipeline::{
@@ -105,6 +105,17 @@ impl MetaSource {
     }
 }
 
+/// What [`Session::detach`] read as the programs were detached.
+#[derive(Clone, Copy, Default)]
+struct Detached {
+    /// Seconds the session ran.
+    duration_s: f64,
+    /// The programs' recursion misses (their fdinfo, read just before).
+    misses: RecursionMisses,
+    /// `CLOCK_MONOTONIC` then: waits still open are measured up to it.
+    at_ns: u64,
+}
+
 /// A running session.
 pub struct Session {
     probes: Probes,
@@ -118,6 +129,8 @@ pub struct Session {
     profiles: watch::Sender<Arc<Profile>>,
     logger: Option<JoinHandle<()>>,
     incidents: Option<watch::Receiver<Arc<IncidentLog>>>,
+    /// Set by [`Session::detach`].
+    detached: Option<Detached>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -405,6 +418,7 @@ impl Prepared {
             profiles,
             logger,
             incidents,
+            detached: None,
         })
     }
 }
@@ -443,14 +457,30 @@ impl Session {
         self.meta.started.elapsed()
     }
 
-    /// Stops: detaches the programs, drains the ring buffer and the maps,
-    /// counts waits still open (measured up to now, like perf), and resolves
-    /// the profile.
-    pub async fn finish(mut self) -> Result<Profile, SessionError> {
+    /// Detaches the programs: contentions from now on are not seen. What
+    /// they measured stays in the maps until [`Session::finish`], which
+    /// detaches first when this was not called. A caller comparing the
+    /// session with another count of the kernel's contentions reads that
+    /// count here: `finish` then frees the maps, and the kernel's freeing of
+    /// their per-CPU memory contends on its own spinlock (thousands of waits
+    /// on a busy machine) while no program of the session is attached.
+    pub fn detach(&mut self) {
+        if self.detached.is_some() {
+            return;
+        }
         let duration_s = self.elapsed().as_secs_f64();
         // Program statistics live in the programs' fdinfo: read before detaching.
         let misses = recursion_misses(&self.program_fds);
         self.probes.detach();
+        self.detached = Some(Detached { duration_s, misses, at_ns: crate::clock::monotonic_ns() });
+    }
+
+    /// Stops: detaches the programs (unless [`Session::detach`] did), drains
+    /// the ring buffer and the maps, counts waits still open (measured up to
+    /// the detach, like perf), and resolves the profile.
+    pub async fn finish(mut self) -> Result<Profile, SessionError> {
+        self.detach();
+        let Detached { duration_s, misses, at_ns } = self.detached.unwrap_or_default();
         self.stop.cancel();
         let _ring = (&mut self.reader).await??;
         let mut hk = (&mut self.housekeeper).await?;
@@ -466,19 +496,19 @@ impl Session {
             let status = KernelStatus { counters, recursion_misses: misses, map_ops_refused: hk.refused.count() };
             let _ = tx.send(Msg::Kernel(Box::new(status))).await;
         }
-        let mut profile = self.resolve_final(hk, counters.get(counter::EVENTS)).await?;
+        let mut profile = self.resolve_final(hk, counters.get(counter::EVENTS), at_ns).await?;
         profile.meta.duration_s = duration_s;
         Ok(profile)
     }
 
-    /// Folds what is left into the aggregator and resolves the final profile.
-    async fn resolve_final(self, hk: Housekeeping, submitted: u64) -> Result<Profile, SessionError> {
+    /// Folds what is left into the aggregator and resolves the final
+    /// profile; waits still open are measured up to `now` (the detach).
+    async fn resolve_final(self, hk: Housekeeping, submitted: u64, now: u64) -> Result<Profile, SessionError> {
         let Session { meta, aggregator, builder, logger, .. } = self;
         let mut agg = aggregator.finish().await?;
         if let Some(l) = logger {
             let _ = l.await;
         }
-        let now = crate::clock::monotonic_ns();
         let open = hk.pending.open_waits().unwrap_or_else(|e| {
             log::warn!("reading waits open at stop: {e}");
             Vec::new()
