@@ -106,7 +106,7 @@ impl MetaSource {
 }
 
 /// What [`Session::detach`] read as the programs were detached.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Detached {
     /// Seconds the session ran.
     duration_s: f64,
@@ -465,22 +465,28 @@ impl Session {
     /// their per-CPU memory contends on its own spinlock (thousands of waits
     /// on a busy machine) while no program of the session is attached.
     pub fn detach(&mut self) {
-        if self.detached.is_some() {
-            return;
+        self.detach_once();
+    }
+
+    /// [`Session::detach`], and what it read (at its first call).
+    fn detach_once(&mut self) -> Detached {
+        if let Some(d) = self.detached {
+            return d;
         }
         let duration_s = self.elapsed().as_secs_f64();
         // Program statistics live in the programs' fdinfo: read before detaching.
         let misses = recursion_misses(&self.program_fds);
         self.probes.detach();
-        self.detached = Some(Detached { duration_s, misses, at_ns: crate::clock::monotonic_ns() });
+        let d = Detached { duration_s, misses, at_ns: crate::clock::monotonic_ns() };
+        self.detached = Some(d);
+        d
     }
 
     /// Stops: detaches the programs (unless [`Session::detach`] did), drains
     /// the ring buffer and the maps, counts waits still open (measured up to
     /// the detach, like perf), and resolves the profile.
     pub async fn finish(mut self) -> Result<Profile, SessionError> {
-        self.detach();
-        let Detached { duration_s, misses, at_ns } = self.detached.unwrap_or_default();
+        let Detached { duration_s, misses, at_ns } = self.detach_once();
         self.stop.cancel();
         let _ring = (&mut self.reader).await??;
         let mut hk = (&mut self.housekeeper).await?;
