@@ -209,7 +209,11 @@ async fn feed_builder(
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            Some(id) = next_pin(&mut pins) => builder.pin_user_stack(id),
+            // A snapshot before the next announced user stack: pinning
+            // each wait's user stack can keep the queue full for seconds
+            // (a busy futex workload, every wait a new stack copy), and a
+            // snapshot is where user-space locks and their processes are
+            // named while they live. Snapshots come once per interval.
             changed = snaps.changed() => {
                 if changed.is_err() {
                     break;
@@ -226,6 +230,7 @@ async fn feed_builder(
                     engine.observe(snap, &mut Windows { builder: &mut builder, meta });
                 }
             }
+            Some(id) = next_pin(&mut pins) => builder.pin_user_stack(id),
         }
     }
     if let Some(engine) = incidents.as_mut() {
