@@ -390,6 +390,9 @@ impl UserLockNames for NoUserLockNames {
 /// symbol if it has one, its class from its callers and its mapping.
 fn name_user_lock(rows: &mut [&mut LockProfile], key: (u32, u64), names: &mut dyn UserLockNames) {
     let (pid, addr) = key;
+    // The process's name before the lock's: `comm` outlives the process
+    // until it is reaped, its maps (which naming the lock reads) do not.
+    let process = names.process(pid);
     let mut fns: BTreeMap<String, u64> = BTreeMap::new();
     for l in rows.iter() {
         for c in l.callers.iter() {
@@ -407,7 +410,6 @@ fn name_user_lock(rows: &mut [&mut LockProfile], key: (u32, u64), names: &mut dy
         Some(m) => format!("{class} in {m}"),
         None => class,
     };
-    let process = names.process(pid);
     for l in rows.iter_mut() {
         l.class.clone_from(&class);
         l.name.clone_from(&symbol);
